@@ -1,0 +1,56 @@
+"""cfmaps core: exact counterfactual maps for tree-ensemble classifiers.
+
+Data flows one way: fitted model -> :class:`FlatEnsemble` (:func:`flatten_model`) ->
+certified partition into labeled rectangles -> one KD-tree per class -> best-first
+branch-and-bound query.
+
+Examples
+--------
+>>> from maps_core import CounterfactualMaps, FeatureSchema
+>>> maps = CounterfactualMaps.build(model, schema)        # doctest: +SKIP
+>>> maps.save("maps/credit")                               # doctest: +SKIP
+>>> maps = CounterfactualMaps.load("maps/credit")          # doctest: +SKIP
+>>> res = maps.counterfactual(x, norm="l2")                # doctest: +SKIP
+>>> res.best.x, res.best.distance, res.best.region         # doctest: +SKIP
+"""
+
+from .adapters import flatten_model
+from .ensemble import FlatEnsemble
+from .exceptions import (
+    ArtifactError,
+    ArtifactNotFoundError,
+    BudgetExceededError,
+    CorruptArtifactError,
+    IncompatibleArtifactError,
+    InvalidQueryError,
+    MapsError,
+    SchemaError,
+    UnsupportedModelError,
+)
+from .maps import CounterfactualMaps, build_maps, load_maps
+from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
+from .schema import Feature, FeatureSchema
+
+__all__ = [
+    "ArtifactError",
+    "ArtifactNotFoundError",
+    "BudgetExceededError",
+    "BuildStats",
+    "Counterfactual",
+    "CounterfactualMaps",
+    "CounterfactualResult",
+    "CorruptArtifactError",
+    "Feature",
+    "FeatureSchema",
+    "FlatEnsemble",
+    "IncompatibleArtifactError",
+    "InvalidQueryError",
+    "MapsError",
+    "QueryStats",
+    "Region",
+    "SchemaError",
+    "UnsupportedModelError",
+    "build_maps",
+    "flatten_model",
+    "load_maps",
+]

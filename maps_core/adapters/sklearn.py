@@ -1,0 +1,146 @@
+"""scikit-learn tree ensembles -> :class:`~maps_core.ensemble.FlatEnsemble`.
+
+Supported: ``DecisionTreeClassifier``, ``ExtraTreeClassifier``, ``RandomForestClassifier``,
+``ExtraTreesClassifier`` (soft voting: averaged leaf probabilities) and
+``GradientBoostingClassifier`` (summed leaf values times the learning rate, plus the prior).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ensemble import FlatEnsemble
+from ..exceptions import UnsupportedModelError
+
+_FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
+_TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
+_BOOSTING = ("GradientBoostingClassifier",)
+SUPPORTED = _TREES + _FORESTS + _BOOSTING
+
+
+def _py(v: Any) -> Any:
+    """numpy scalar -> plain Python scalar (JSON-friendly)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _check(model: Any) -> str:
+    kind = type(model).__name__
+    if kind == "Pipeline":
+        raise UnsupportedModelError(
+            "a scikit-learn Pipeline is not supported: pass the final tree-ensemble step and "
+            "apply the preprocessing to the inputs yourself"
+        )
+    if kind not in SUPPORTED:
+        raise UnsupportedModelError(
+            f"unsupported model type {kind!r}; supported: {', '.join(SUPPORTED)}"
+        )
+    if not hasattr(model, "classes_") or not hasattr(model, "n_features_in_"):
+        raise UnsupportedModelError(f"the {kind} is not fitted")
+    if getattr(model, "n_outputs_", 1) != 1:
+        raise UnsupportedModelError(f"multi-output {kind} is not supported")
+    classes = np.asarray(model.classes_)
+    if classes.ndim != 1 or classes.size < 2:
+        raise UnsupportedModelError(f"the {kind} must have at least two classes")
+    return kind
+
+
+def _append_tree(tree: Any, values: np.ndarray, acc: dict[str, list[np.ndarray]]) -> None:
+    offset = sum(a.shape[0] for a in acc["feature"])
+    feat = tree.feature.astype(np.int32)
+    left = tree.children_left.astype(np.int32)
+    right = tree.children_right.astype(np.int32)
+    leaf = left < 0
+    feat = np.where(leaf, -1, feat).astype(np.int32)
+    acc["feature"].append(feat)
+    acc["threshold"].append(np.where(leaf, 0.0, tree.threshold).astype(np.float64))
+    acc["left"].append(np.where(leaf, -1, left + offset).astype(np.int32))
+    acc["right"].append(np.where(leaf, -1, right + offset).astype(np.int32))
+    acc["value"].append(values.astype(np.float64))
+    acc["root"].append(np.array([offset], dtype=np.int32))
+
+
+def _proba_values(tree: Any) -> np.ndarray:
+    # Same normalisation as DecisionTreeClassifier.predict_proba.
+    v = np.array(tree.value[:, 0, :], dtype=np.float64)
+    s = v.sum(axis=1, keepdims=True)
+    s[s == 0.0] = 1.0
+    return v / s
+
+
+def flatten_model(model: Any) -> FlatEnsemble:
+    """Convert a fitted scikit-learn tree classifier to a :class:`FlatEnsemble`.
+
+    Parameters
+    ----------
+    model : estimator
+        A fitted ``DecisionTreeClassifier``, ``ExtraTreeClassifier``,
+        ``RandomForestClassifier``, ``ExtraTreesClassifier`` or
+        ``GradientBoostingClassifier``.
+
+    Returns
+    -------
+    FlatEnsemble
+
+    Raises
+    ------
+    UnsupportedModelError
+        For any other object, an unfitted model, or a multi-output model.
+    """
+    kind = _check(model)
+    classes = [_py(c) for c in np.asarray(model.classes_)]
+    n_classes = len(classes)
+    acc: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("feature", "threshold", "left", "right", "value", "root")
+    }
+    base = np.zeros(n_classes, dtype=np.float64)
+    tie_break = "low"
+    if kind in _TREES:
+        _append_tree(model.tree_, _proba_values(model.tree_), acc)
+    elif kind in _FORESTS:
+        for est in model.estimators_:
+            _append_tree(est.tree_, _proba_values(est.tree_), acc)
+    else:  # gradient boosting
+        init = model.init_
+        if not (init == "zero" or type(init).__name__ == "DummyClassifier"):
+            raise UnsupportedModelError(
+                "GradientBoostingClassifier with a custom init estimator is not supported"
+            )
+        raw0 = np.asarray(
+            model._raw_predict_init(np.zeros((1, model.n_features_in_), dtype=np.float32)),
+            dtype=np.float64,
+        )[0]
+        lr = float(model.learning_rate)
+        stages = model.estimators_
+        if n_classes == 2:
+            # Binary boosting keeps one raw score r and predicts class 1 when r >= 0:
+            # scores (0, r) with ties going to the higher index.
+            base[1] = raw0[0]
+            tie_break = "high"
+            for est in stages[:, 0]:
+                leaf = np.zeros((est.tree_.node_count, 2))
+                leaf[:, 1] = lr * est.tree_.value[:, 0, 0]
+                _append_tree(est.tree_, leaf, acc)
+        else:
+            base[:] = raw0
+            for stage in stages:
+                for k, est in enumerate(stage):
+                    leaf = np.zeros((est.tree_.node_count, n_classes))
+                    leaf[:, k] = lr * est.tree_.value[:, 0, 0]
+                    _append_tree(est.tree_, leaf, acc)
+    names = getattr(model, "feature_names_in_", None)
+    return FlatEnsemble(
+        kind=kind,
+        n_features=int(model.n_features_in_),
+        classes=classes,
+        feature_names=None if names is None else [str(n) for n in names],
+        node_feature=np.concatenate(acc["feature"]),
+        node_threshold=np.concatenate(acc["threshold"]),
+        node_left=np.concatenate(acc["left"]),
+        node_right=np.concatenate(acc["right"]),
+        node_value=np.concatenate(acc["value"]),
+        roots=np.concatenate(acc["root"]),
+        base=base,
+        tie_break=tie_break,
+    )

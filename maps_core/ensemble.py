@@ -1,0 +1,141 @@
+"""Model-agnostic flat representation of a tree-ensemble classifier.
+
+Every supported model becomes the same few arrays: concatenated node arrays for all trees,
+a leaf value vector per node, a base score, and a decision rule. The decision is
+
+``scores(x) = base + sum over trees t of value[leaf_t(x)]``, then ``argmax(scores)``,
+
+where ``leaf_t(x)`` is found by sending ``x`` left when ``float32(x[f]) <= threshold``
+(scikit-learn casts inputs to float32 and compares them with float64 thresholds). Ties go
+to the lowest class index, except for binary gradient boosting, which predicts class 1
+when its raw score is ``>= 0`` (``tie_break="high"``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .exceptions import InvalidQueryError
+
+
+@dataclass(frozen=True, eq=False)
+class FlatEnsemble:
+    """Flat arrays describing a fitted tree ensemble.
+
+    Attributes
+    ----------
+    kind : str
+        Class name of the source model, e.g. ``"RandomForestClassifier"``.
+    n_features : int
+        Number of input columns ``m``.
+    classes : list
+        The model's ``classes_`` as plain Python scalars, in class-index order.
+    feature_names : list of str or None
+        ``feature_names_in_`` of the model when it was fitted on named columns.
+    node_feature : ndarray of shape (n_nodes,), int32
+        Split feature per node, ``-1`` at leaves.
+    node_threshold : ndarray of shape (n_nodes,), float64
+        Split threshold per node (``x <= t`` goes left); unused at leaves.
+    node_left, node_right : ndarray of shape (n_nodes,), int32
+        Absolute indices of the children, ``-1`` at leaves.
+    node_value : ndarray of shape (n_nodes, n_classes), float64
+        Contribution of a leaf to the class scores; unused at internal nodes.
+    roots : ndarray of shape (n_trees,), int32
+        Root node index of every tree.
+    base : ndarray of shape (n_classes,), float64
+        Constant added to the scores (gradient-boosting prior).
+    tie_break : {"low", "high"}
+        Which class wins an exact tie of scores.
+    """
+
+    kind: str
+    n_features: int
+    classes: list[Any]
+    feature_names: list[str] | None
+    node_feature: np.ndarray
+    node_threshold: np.ndarray
+    node_left: np.ndarray
+    node_right: np.ndarray
+    node_value: np.ndarray
+    roots: np.ndarray
+    base: np.ndarray
+    tie_break: str = "low"
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def n_trees(self) -> int:
+        return int(self.roots.shape[0])
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.node_feature.shape[0])
+
+    def fingerprint(self) -> str:
+        """SHA-256 over everything that determines the decision function."""
+        h = hashlib.sha256()
+        h.update(f"{self.kind}|{self.n_features}|{self.classes!r}|{self.tie_break}".encode())
+        for a in (
+            self.node_feature,
+            self.node_threshold,
+            self.node_left,
+            self.node_right,
+            self.node_value,
+            self.roots,
+            self.base,
+        ):
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
+
+    def thresholds(self, feature: int) -> np.ndarray:
+        """Sorted unique raw thresholds used on ``feature``, shape (k,)."""
+        mask = self.node_feature == feature
+        return np.unique(self.node_threshold[mask])
+
+    def decision_scores(self, X: np.ndarray) -> np.ndarray:
+        """Class scores, shape (n_samples, n_classes), following the model's split semantics.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        """
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise InvalidQueryError(
+                f"expected an array of shape (n, {self.n_features}), got {X.shape}", "X"
+            )
+        # The model compares float32(x) with float64 thresholds.
+        X32 = X.astype(np.float32).astype(np.float64)
+        n = X.shape[0]
+        rows = np.arange(n)
+        scores = np.tile(self.base, (n, 1))
+        for root in self.roots:
+            node = np.full(n, root, dtype=np.int64)
+            while True:
+                feat = self.node_feature[node]
+                internal = feat >= 0
+                if not internal.any():
+                    break
+                go_left = X32[rows, np.where(internal, feat, 0)] <= self.node_threshold[node]
+                nxt = np.where(go_left, self.node_left[node], self.node_right[node])
+                node = np.where(internal, nxt, node)
+            scores += self.node_value[node]
+        return scores
+
+    def predict_index(self, X: np.ndarray) -> np.ndarray:
+        """Predicted class indices, shape (n_samples,).
+
+        Computed in float64 with a summation order that may differ from the model's own in
+        the last bit; the extraction therefore never relies on it for near-ties (it asks
+        the model itself there).
+        """
+        s = self.decision_scores(X)
+        if self.tie_break == "high":
+            return s.shape[1] - 1 - np.argmax(s[:, ::-1], axis=1)
+        return np.argmax(s, axis=1)

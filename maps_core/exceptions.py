@@ -1,0 +1,56 @@
+"""One exception hierarchy for the whole core.
+
+Every error the library raises on purpose derives from :class:`MapsError`, so a caller
+(the HTTP service, the CLI) converts errors to its own vocabulary in exactly one place.
+"""
+
+from __future__ import annotations
+
+
+class MapsError(Exception):
+    """Base class of every error raised by :mod:`maps_core`."""
+
+
+class UnsupportedModelError(MapsError, TypeError):
+    """The object handed to the builder is not a fitted, supported tree-ensemble classifier."""
+
+
+class SchemaError(MapsError, ValueError):
+    """A feature schema is malformed or does not match the model."""
+
+
+class BudgetExceededError(MapsError):
+    """Extraction ran out of its rectangle or time budget and was told to stop."""
+
+
+class ArtifactError(MapsError):
+    """Base class of errors about persisted maps."""
+
+
+class ArtifactNotFoundError(ArtifactError, FileNotFoundError):
+    """No persisted maps exist at the given path."""
+
+
+class CorruptArtifactError(ArtifactError):
+    """Persisted maps are truncated, tampered with or otherwise unreadable."""
+
+
+class IncompatibleArtifactError(ArtifactError):
+    """Persisted maps were written by an incompatible format version."""
+
+
+class InvalidQueryError(MapsError, ValueError):
+    """A counterfactual or prediction request is malformed.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong, in plain words.
+    field : str, optional
+        The offending input (a feature name, ``"target"``, ``"norm"``, ...), so that a caller
+        can point at it.
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

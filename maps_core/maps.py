@@ -1,0 +1,333 @@
+"""The public facade: :class:`CounterfactualMaps` (build, save, load, query)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .adapters import flatten_model
+from .ensemble import FlatEnsemble
+from .exceptions import InvalidQueryError, SchemaError
+from .grid import Grid
+from .index import KDForest, build_index
+from .partition import Partition, extract
+from .query import QueryOptions, make_options, search
+from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
+from .schema import FeatureSchema
+
+ProgressCallback = Callable[[float], None]
+
+
+class CounterfactualMaps:
+    """Counterfactual maps of one tree-ensemble classifier.
+
+    Build them once from a fitted model, save them, load them memory-mapped, and answer
+    exact counterfactual queries in milliseconds.
+
+    Examples
+    --------
+    >>> from sklearn.ensemble import RandomForestClassifier
+    >>> from sklearn.datasets import make_classification
+    >>> X, y = make_classification(300, 4, random_state=0)
+    >>> model = RandomForestClassifier(10, max_depth=3, random_state=0).fit(X, y)
+    >>> maps = CounterfactualMaps.build(model)
+    >>> res = maps.counterfactual(X[0], norm="l2")
+    >>> bool(model.predict(res.best.x[None])[0] == res.target)
+    True
+    """
+
+    def __init__(
+        self,
+        ensemble: FlatEnsemble,
+        schema: FeatureSchema,
+        grid: Grid,
+        partition: Partition,
+        index: KDForest,
+        stats: BuildStats,
+        fingerprint: str | None = None,
+    ) -> None:
+        self.ensemble = ensemble
+        self.schema = schema
+        self.grid = grid
+        self.partition = partition
+        self.index = index
+        self.stats = stats
+        self.fingerprint = fingerprint or ensemble.fingerprint()
+
+    # -- properties -----------------------------------------------------------------------
+    @property
+    def classes(self) -> list[Any]:
+        """Class labels in class-index order (the model's ``classes_``)."""
+        return list(self.ensemble.classes)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return self.schema.names
+
+    @property
+    def n_features(self) -> int:
+        return self.ensemble.n_features
+
+    # -- build ----------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        model: Any,
+        schema: FeatureSchema | None = None,
+        *,
+        max_rectangles: int | None = None,
+        max_seconds: float | None = None,
+        on_budget: str = "mixed",
+        progress: ProgressCallback | None = None,
+        n_jobs: int | None = None,
+    ) -> CounterfactualMaps:
+        """Extract, certify and index the maps of a fitted model.
+
+        Parameters
+        ----------
+        model : estimator
+            A fitted scikit-learn tree classifier (see :func:`maps_core.flatten_model`),
+            or an already flattened :class:`FlatEnsemble`.
+        schema : FeatureSchema, optional
+            Legal domain and query defaults. Without it every feature is continuous and
+            unbounded, named after the model's ``feature_names_in_`` or ``x0..``.
+        max_rectangles, max_seconds : optional
+            Budgets for the extraction.
+        on_budget : {"mixed", "error"}
+            What to do when a budget runs out: keep the unresolved regions as *mixed* boxes
+            that queries refine on demand (answers stay exact), or raise
+            :class:`BudgetExceededError`.
+        progress : callable, optional
+            Called with the fraction done, a float in [0, 1].
+        n_jobs : int, optional
+            Worker threads for the extraction (default: all cores).
+        """
+        t0 = time.perf_counter()
+        ens = model if isinstance(model, FlatEnsemble) else flatten_model(model)
+        if schema is None:
+            schema = FeatureSchema.default(ens.n_features, ens.feature_names)
+        if len(schema) != ens.n_features:
+            raise SchemaError(
+                f"the schema has {len(schema)} features but the model expects {ens.n_features}"
+            )
+        grid = Grid.from_ensemble(ens, schema)
+        labeler = None if isinstance(model, FlatEnsemble) else _model_labeler(model, ens)
+        part = extract(
+            ens,
+            grid,
+            max_rectangles=max_rectangles,
+            max_seconds=max_seconds,
+            on_budget=on_budget,
+            progress=progress,
+            n_jobs=n_jobs or os.cpu_count() or 1,
+            labeler=labeler,
+        )
+        index = build_index(part, grid, ens.n_classes)
+        stats = BuildStats(
+            seconds=time.perf_counter() - t0,
+            rectangles_per_class=[int(n) for n in part.counts(ens.n_classes)],
+            mixed_regions=int(part.n_mixed),
+            thresholds_per_feature=[int(k) for k in grid.n_thresholds],
+            raw_thresholds=int(grid.raw_thresholds),
+            extra=dict(part.counters),
+        )
+        return cls(ens, schema, grid, part, index, stats)
+
+    # -- persistence ----------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the maps atomically to the directory ``path`` (replaced if it exists)."""
+        from .storage import save_maps
+
+        return save_maps(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, mmap: bool = True) -> CounterfactualMaps:
+        """Load maps saved by :meth:`save`, memory-mapped by default.
+
+        Raises
+        ------
+        ArtifactNotFoundError, CorruptArtifactError, IncompatibleArtifactError
+        """
+        from .storage import load_maps
+
+        return load_maps(path, mmap=mmap)
+
+    # -- queries --------------------------------------------------------------------------
+    def _as_matrix(self, X: Any) -> np.ndarray:
+        try:
+            A = np.asarray(X, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidQueryError(f"inputs must be numeric: {exc}", "instance") from exc
+        if A.ndim == 1:
+            A = A[None, :]
+        if A.ndim != 2 or A.shape[1] != self.n_features:
+            raise InvalidQueryError(
+                f"expected {self.n_features} feature values per instance, got shape "
+                f"{A.shape}",
+                "instance",
+            )
+        bad = ~np.isfinite(A)
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise InvalidQueryError(
+                f"feature {self.feature_names[j]!r} is {A[i, j]} (values must be finite)",
+                self.feature_names[j],
+            )
+        self.grid.check_domain(A, self.feature_names)
+        return A
+
+    def predict_index(self, X: Any) -> np.ndarray:
+        """Class indices of the rectangles containing each row, shape (n_samples,)."""
+        A = self._as_matrix(X)
+        return self.partition_lookup(A)
+
+    def partition_lookup(self, A: np.ndarray) -> np.ndarray:
+        """Class index per row of a validated float64 matrix (no input checks)."""
+        from .query import locate
+
+        return locate(self, A)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class labels from the maps, shape (n_samples,): equal to ``model.predict``."""
+        idx = self.predict_index(X)
+        return np.asarray(self.classes, dtype=object)[idx]
+
+    def target_index(self, target: Any) -> int:
+        """Class index of a class label; raises :class:`InvalidQueryError` when unknown."""
+        for i, c in enumerate(self.classes):
+            if c == target or (isinstance(c, str | int | float) and str(c) == str(target)):
+                return i
+        raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}", "target")
+
+    def counterfactual(
+        self,
+        x: Any,
+        target: Any = None,
+        *,
+        norm: str = "l1",
+        weights: Mapping[str, float] | Sequence[float] | np.ndarray | None = None,
+        immutable: Sequence[str] | None = None,
+        direction: Mapping[str, str] | None = None,
+        bounds: Mapping[str, Sequence[float | None]] | None = None,
+        k: int = 1,
+    ) -> CounterfactualResult:
+        """Exact nearest counterfactual of one input.
+
+        Parameters
+        ----------
+        x : array-like of shape (n_features,)
+        target : class label, optional
+            Desired class. Omitted: the nearest class other than the prediction. Equal to
+            the prediction: ``x`` itself at distance 0, with the rectangle containing it.
+        norm : {"l1", "l2", "linf"}
+            Distance; weighted per feature.
+        weights : mapping or array of shape (n_features,), optional
+            Per-unit cost per feature; defaults to the schema's weights (see
+            :mod:`maps_core.schema`).
+        immutable, direction, bounds : optional
+            Constraints (defaults from the schema's ``mutable`` and ``direction``).
+        k : int
+            Number of counterfactuals from distinct rectangles.
+
+        Returns
+        -------
+        CounterfactualResult
+        """
+        A = self._as_matrix(x)
+        if A.shape[0] != 1:
+            raise InvalidQueryError("counterfactual() takes one instance", "instance")
+        return self.counterfactuals(
+            A,
+            target,
+            norm=norm,
+            weights=weights,
+            immutable=immutable,
+            direction=direction,
+            bounds=bounds,
+            k=k,
+        )[0]
+
+    def counterfactuals(
+        self,
+        X: Any,
+        target: Any = None,
+        *,
+        norm: str = "l1",
+        weights: Mapping[str, float] | Sequence[float] | np.ndarray | None = None,
+        immutable: Sequence[str] | None = None,
+        direction: Mapping[str, str] | None = None,
+        bounds: Mapping[str, Sequence[float | None]] | None = None,
+        k: int = 1,
+    ) -> list[CounterfactualResult]:
+        """Exact counterfactuals for every row of ``X`` (shape (n_samples, n_features)).
+
+        Same options as :meth:`counterfactual`; results are in input order.
+        """
+        A = self._as_matrix(X)
+        t_idx = None if target is None else self.target_index(target)
+        opts: QueryOptions = make_options(
+            self,
+            norm=norm,
+            weights=weights,
+            immutable=immutable,
+            direction=direction,
+            bounds=bounds,
+            k=k,
+        )
+        return [self._one(A[i], t_idx, opts) for i in range(A.shape[0])]
+
+    def _one(self, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> CounterfactualResult:
+        t0 = time.perf_counter()
+        out = search(self, x, t_idx, opts)
+        classes = self.classes
+        cfs = tuple(
+            Counterfactual(
+                x=c.x,
+                distance=c.distance,
+                counterfactual_distance=c.counterfactual_distance,
+                region=Region(c.lower, c.upper, c.lower_closed, c.upper_closed),
+                target=classes[c.target],
+            )
+            for c in out.found
+        )
+        stats = QueryStats(
+            nodes_popped=out.nodes_popped,
+            rectangles_evaluated=out.rectangles_evaluated,
+            regions_refined=out.regions_refined,
+            seconds=time.perf_counter() - t0,
+        )
+        return CounterfactualResult(
+            query=x,
+            prediction=classes[out.prediction],
+            target=cfs[0].target if cfs else (None if t_idx is None else classes[t_idx]),
+            feasible=bool(cfs),
+            counterfactuals=cfs,
+            stats=stats,
+            reason=out.reason,
+        )
+
+
+def _model_labeler(model: Any, ens: FlatEnsemble) -> Callable[[np.ndarray], np.ndarray]:
+    """Label points with the model itself (used for cells whose scores nearly tie)."""
+    lookup = {repr(c): i for i, c in enumerate(ens.classes)}
+
+    def label(points: np.ndarray) -> np.ndarray:
+        pred = model.predict(points)
+        return np.array([lookup[repr(c.item() if hasattr(c, "item") else c)] for c in pred])
+
+    return label
+
+
+def build_maps(model: Any, schema: FeatureSchema | None = None, **kwargs: Any) -> CounterfactualMaps:
+    """Shortcut for :meth:`CounterfactualMaps.build`."""
+    return CounterfactualMaps.build(model, schema, **kwargs)
+
+
+def load_maps(path: str | os.PathLike[str], *, mmap: bool = True) -> CounterfactualMaps:
+    """Shortcut for :meth:`CounterfactualMaps.load`."""
+    return CounterfactualMaps.load(path, mmap=mmap)

@@ -1,0 +1,157 @@
+"""Plain result containers returned by the public API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Region:
+    """An axis-aligned box of inputs, one interval per feature.
+
+    Attributes
+    ----------
+    lower, upper : ndarray of shape (n_features,)
+        Interval ends; ``-inf`` / ``+inf`` for an unbounded end.
+    lower_closed, upper_closed : ndarray of shape (n_features,), bool
+        Whether the end itself belongs to the region. Ends of a continuous feature that
+        come from a model threshold are open below (``x > t``) and closed above
+        (``x <= t``); integer features always have closed ends at integers.
+    """
+
+    lower: np.ndarray
+    upper: np.ndarray
+    lower_closed: np.ndarray
+    upper_closed: np.ndarray
+
+    def contains(self, x: np.ndarray) -> bool:
+        """Whether the point ``x`` (shape (n_features,)) lies in the region."""
+        x = np.asarray(x, dtype=np.float64)
+        lo_ok = np.where(self.lower_closed, x >= self.lower, x > self.lower)
+        hi_ok = np.where(self.upper_closed, x <= self.upper, x < self.upper)
+        return bool(np.all(lo_ok & hi_ok))
+
+
+@dataclass(frozen=True)
+class QueryStats:
+    """Work done by one search.
+
+    Attributes
+    ----------
+    nodes_popped : int
+        KD-tree nodes taken off the priority queue.
+    rectangles_evaluated : int
+        Rectangles whose exact distance was computed.
+    regions_refined : int
+        Unresolved (mixed) regions refined on demand during the search.
+    seconds : float
+        Wall-clock time of the search.
+    """
+
+    nodes_popped: int = 0
+    rectangles_evaluated: int = 0
+    regions_refined: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """One counterfactual: a point, its certified distance and its region.
+
+    Attributes
+    ----------
+    x : ndarray of shape (n_features,)
+        The counterfactual input; the model predicts ``target`` for it.
+    distance : float
+        Certified optimum: the infimum of the distance from the query to the inputs that
+        the model assigns to ``target`` (and that satisfy the query's constraints).
+    counterfactual_distance : float
+        Distance from the query to ``x``. Equal to ``distance`` up to float rounding: when
+        the optimum sits on an open end of the region, ``x`` is the nearest float32 value
+        strictly inside it.
+    region : Region
+        The box containing ``x`` on which the model's decision is ``target`` everywhere
+        (clipped to the query's constraints and the legal domain).
+    target : object
+        Class label of the counterfactual.
+    """
+
+    x: np.ndarray
+    distance: float
+    counterfactual_distance: float
+    region: Region
+    target: Any
+
+
+@dataclass(frozen=True)
+class CounterfactualResult:
+    """Answer to one counterfactual query.
+
+    Attributes
+    ----------
+    query : ndarray of shape (n_features,)
+        The query input.
+    prediction : object
+        The model's class label for ``query``.
+    target : object or None
+        Target class label of the best counterfactual (``None`` when infeasible and no
+        target was requested).
+    feasible : bool
+        False when no input satisfies the constraints and reaches the target.
+    reason : str or None
+        Plain explanation when ``feasible`` is False.
+    counterfactuals : tuple of Counterfactual
+        The ``k`` best counterfactuals, from distinct rectangles, by increasing distance.
+    stats : QueryStats
+    """
+
+    query: np.ndarray
+    prediction: Any
+    target: Any
+    feasible: bool
+    counterfactuals: tuple[Counterfactual, ...]
+    stats: QueryStats
+    reason: str | None = None
+
+    @property
+    def best(self) -> Counterfactual | None:
+        """The nearest counterfactual, or None when infeasible."""
+        return self.counterfactuals[0] if self.counterfactuals else None
+
+
+@dataclass(frozen=True)
+class BuildStats:
+    """What a build produced and what it cost.
+
+    Attributes
+    ----------
+    seconds : float
+        Wall-clock build time (extraction plus indexing).
+    rectangles_per_class : list of int
+        Certified rectangles per class index.
+    mixed_regions : int
+        Unresolved regions kept when a budget ran out; refined on demand at query time.
+    thresholds_per_feature : list of int
+        Distinct thresholds left per feature after collapsing on the legal domain.
+    raw_thresholds : int
+        Distinct (feature, threshold) pairs in the model before collapsing.
+    bytes_on_disk : int
+        Size of the saved artifact (0 until saved or loaded).
+    extra : dict
+        Algorithm counters (regions visited, exact certifications, ...).
+    """
+
+    seconds: float
+    rectangles_per_class: list[int]
+    mixed_regions: int
+    thresholds_per_feature: list[int]
+    raw_thresholds: int
+    bytes_on_disk: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rectangles(self) -> int:
+        return int(sum(self.rectangles_per_class))

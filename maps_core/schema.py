@@ -1,0 +1,266 @@
+"""Feature schema: what values each input may take, and how costly it is to change it.
+
+The schema plays two roles.
+
+* At build time it declares the *legal domain*. The partition only has to be faithful on
+  inputs that can occur, so thresholds that are equivalent on that domain collapse: on an
+  integer feature the splits ``x <= 1.5`` and ``x <= 1.9`` are the same test, and a binary
+  feature needs at most one threshold. Thresholds outside ``[lower, upper]`` disappear.
+  On Breast-Cancer (integer features 1..10) this shrinks the partition several-fold.
+* At query time it supplies defaults: immutable features, one-way changes, and weights.
+  The default weight of a feature is its explicit ``weight``; otherwise ``1 / (upper -
+  lower)`` when both bounds are known, so that distances are unit-free; otherwise 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .exceptions import SchemaError
+
+FEATURE_TYPES = ("continuous", "integer", "binary", "categorical")
+DIRECTIONS = ("any", "increase", "decrease")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One input column.
+
+    Parameters
+    ----------
+    name : str
+        Column name, unique within the schema.
+    type : {"continuous", "integer", "binary", "categorical"}
+        ``categorical`` marks one dummy (0/1) column of a one-hot group named by ``group``.
+        ``binary`` and ``categorical`` columns take values in {0, 1}.
+    lower, upper : float or None
+        Legal range (inclusive). ``None`` means unbounded on that side.
+    group : str or None
+        One-hot group name, required for ``categorical`` columns.
+    mutable : bool
+        Whether a counterfactual may change this feature (query-time default).
+    direction : {"any", "increase", "decrease"}
+        Allowed direction of change (query-time default).
+    weight : float or None
+        Cost per unit of change; ``None`` derives it from the bounds (see module docs).
+    """
+
+    name: str
+    type: str = "continuous"
+    lower: float | None = None
+    upper: float | None = None
+    group: str | None = None
+    mutable: bool = True
+    direction: str = "any"
+    weight: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SchemaError(f"feature name must be a non-empty string, got {self.name!r}")
+        if self.type not in FEATURE_TYPES:
+            raise SchemaError(
+                f"feature {self.name!r}: type must be one of {FEATURE_TYPES}, got {self.type!r}"
+            )
+        if self.direction not in DIRECTIONS:
+            raise SchemaError(
+                f"feature {self.name!r}: direction must be one of {DIRECTIONS}, "
+                f"got {self.direction!r}"
+            )
+        for side in ("lower", "upper"):
+            v = getattr(self, side)
+            if v is not None and (not isinstance(v, int | float) or math.isnan(v)):
+                raise SchemaError(f"feature {self.name!r}: {side} must be a number or null")
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
+            raise SchemaError(f"feature {self.name!r}: lower {self.lower} > upper {self.upper}")
+        if self.weight is not None and (
+            not isinstance(self.weight, int | float)
+            or not math.isfinite(self.weight)
+            or self.weight < 0
+        ):
+            raise SchemaError(f"feature {self.name!r}: weight must be a finite number >= 0")
+        if self.type == "categorical" and not self.group:
+            raise SchemaError(f"feature {self.name!r}: categorical features need a group")
+        if self.type in ("binary", "categorical"):
+            lo = 0.0 if self.lower is None else self.lower
+            hi = 1.0 if self.upper is None else self.upper
+            if lo < 0 or hi > 1:
+                raise SchemaError(f"feature {self.name!r}: binary bounds must lie in [0, 1]")
+
+    @property
+    def is_integral(self) -> bool:
+        """True when the legal values are integers (integer, binary, categorical)."""
+        return self.type != "continuous"
+
+    def domain(self) -> tuple[float, float]:
+        """Legal closed range ``(lower, upper)`` with infinities, integers rounded inward."""
+        lo = -math.inf if self.lower is None else float(self.lower)
+        hi = math.inf if self.upper is None else float(self.upper)
+        if self.type in ("binary", "categorical"):
+            lo, hi = max(lo, 0.0), min(hi, 1.0)
+        if self.is_integral:
+            lo, hi = math.ceil(lo) if math.isfinite(lo) else lo, (
+                math.floor(hi) if math.isfinite(hi) else hi
+            )
+            if lo > hi:
+                raise SchemaError(f"feature {self.name!r}: no integer lies in its bounds")
+        return float(lo), float(hi)
+
+    def default_weight(self) -> float:
+        """Cost per unit change used when a query gives no weight."""
+        if self.weight is not None:
+            return float(self.weight)
+        lo, hi = self.domain()
+        if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
+            return 1.0 / (hi - lo)
+        return 1.0
+
+
+@dataclass(frozen=True)
+class FeatureSchema:
+    """An ordered tuple of :class:`Feature`, one per model input column."""
+
+    features: tuple[Feature, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.features]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise SchemaError(f"duplicate feature names: {dup}")
+        groups: dict[str, int] = {}
+        for f in self.features:
+            if f.type == "categorical":
+                assert f.group is not None
+                groups[f.group] = groups.get(f.group, 0) + 1
+        for g, n in groups.items():
+            if n < 2:
+                raise SchemaError(f"one-hot group {g!r} needs at least two categorical columns")
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def default(cls, n_features: int, names: Sequence[str] | None = None) -> FeatureSchema:
+        """All-continuous, unbounded schema named ``x0..x{m-1}`` (or ``names``)."""
+        if names is None:
+            names = [f"x{i}" for i in range(n_features)]
+        if len(names) != n_features:
+            raise SchemaError(f"expected {n_features} feature names, got {len(names)}")
+        return cls(tuple(Feature(name=str(n)) for n in names))
+
+    @classmethod
+    def from_dicts(cls, items: Iterable[Mapping[str, Any]]) -> FeatureSchema:
+        """Build from JSON-like dicts with the fields of :class:`Feature`."""
+        feats = []
+        allowed = set(Feature.__dataclass_fields__)
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise SchemaError(f"features[{i}] must be an object")
+            unknown = set(item) - allowed
+            if unknown:
+                raise SchemaError(f"features[{i}]: unknown keys {sorted(unknown)}")
+            try:
+                feats.append(Feature(**dict(item)))
+            except TypeError as exc:
+                raise SchemaError(f"features[{i}]: {exc}") from exc
+        return cls(tuple(feats))
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """JSON-serialisable list of feature dicts (inverse of :meth:`from_dicts`)."""
+        return [asdict(f) for f in self.features]
+
+    @classmethod
+    def infer(
+        cls,
+        X: np.ndarray,
+        names: Sequence[str] | None = None,
+        *,
+        bounds: bool = True,
+    ) -> FeatureSchema:
+        """Infer types and bounds from training data.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_features)
+            Training inputs (numeric).
+        names : sequence of str, optional
+            Column names; defaults to ``x0..``.
+        bounds : bool
+            Record the observed min/max as the legal range.
+
+        Columns whose values are all in {0, 1} become ``binary``, all-integral columns
+        ``integer``, anything else ``continuous``.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise SchemaError("X must be two-dimensional")
+        if names is None:
+            names = [f"x{i}" for i in range(X.shape[1])]
+        feats = []
+        for j, name in enumerate(names):
+            col = X[:, j]
+            col = col[np.isfinite(col)]
+            if col.size and np.all((col == 0) | (col == 1)):
+                ftype = "binary"
+            elif col.size and np.all(col == np.round(col)):
+                ftype = "integer"
+            else:
+                ftype = "continuous"
+            lo = float(col.min()) if (bounds and col.size) else None
+            hi = float(col.max()) if (bounds and col.size) else None
+            if ftype == "binary":
+                lo, hi = 0.0, 1.0
+            feats.append(Feature(name=str(name), type=ftype, lower=lo, upper=hi))
+        return cls(tuple(feats))
+
+    # -- accessors ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.features)
+
+    def __getitem__(self, i: int) -> Feature:
+        return self.features[i]
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    def index(self, name: str) -> int:
+        """Position of a feature by name; raises :class:`SchemaError` when unknown."""
+        for i, f in enumerate(self.features):
+            if f.name == name:
+                return i
+        raise SchemaError(f"unknown feature {name!r}")
+
+    def domains(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-feature legal ranges, arrays of shape (n_features,) with infinities."""
+        lo = np.empty(len(self), dtype=np.float64)
+        hi = np.empty(len(self), dtype=np.float64)
+        for i, f in enumerate(self.features):
+            lo[i], hi[i] = f.domain()
+        return lo, hi
+
+    def integral_mask(self) -> np.ndarray:
+        """Boolean array of shape (n_features,): True where legal values are integers."""
+        return np.array([f.is_integral for f in self.features], dtype=bool)
+
+    def default_weights(self) -> np.ndarray:
+        """Array of shape (n_features,) of default per-unit costs."""
+        return np.array([f.default_weight() for f in self.features], dtype=np.float64)
+
+    def groups(self) -> dict[str, list[int]]:
+        """One-hot groups: group name -> column indices."""
+        out: dict[str, list[int]] = {}
+        for i, f in enumerate(self.features):
+            if f.type == "categorical":
+                assert f.group is not None
+                out.setdefault(f.group, []).append(i)
+        return out
+
+    def with_names(self, names: Sequence[str]) -> FeatureSchema:
+        """Copy with renamed features."""
+        return FeatureSchema(tuple(replace(f, name=n) for f, n in zip(self.features, names)))
