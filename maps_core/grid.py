@@ -1,0 +1,208 @@
+"""The threshold grid: canonical thresholds per feature on the legal domain.
+
+Every split ``x[f] <= t`` of the ensemble becomes a *cut index*: the cells of feature
+``f`` are numbered ``0..K_f`` by the canonical thresholds ``s_0 < ... < s_{K_f-1}``,
+cell ``j`` being ``s_{j-1} < x <= s_j``, and a node sends cell ``j`` left iff
+``j <= cut``. Canonicalisation is where the feature domain pays off:
+
+* continuous: ``t`` becomes the largest float32 ``<= t`` (the model compares float32
+  inputs), so thresholds that no float32 value separates coincide;
+* integer / binary / categorical: ``t`` becomes ``floor(t)``, so ``1.5`` and ``1.9`` are one
+  cut, and a binary feature keeps at most one;
+* thresholds at or beyond the domain's bounds disappear: the node always goes one way
+  (cut ``-1``: always right; cut ``K_f``: always left).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ensemble import FlatEnsemble
+from .exceptions import InvalidQueryError
+from .schema import FeatureSchema
+
+
+def floor32(t: np.ndarray) -> np.ndarray:
+    """Largest float32 values ``<= t`` (elementwise), returned as float64."""
+    t = np.asarray(t, dtype=np.float64)
+    f = t.astype(np.float32)
+    up = f.astype(np.float64) > t
+    f[up] = np.nextafter(f[up], np.float32(-np.inf))
+    return f.astype(np.float64)
+
+
+def next_up32(v: float) -> float:
+    """Smallest float32 strictly greater than the float32 value ``v``."""
+    return float(np.nextafter(np.float32(v), np.float32(np.inf)))
+
+
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """Canonical thresholds, cell bounds and the ensemble's nodes as cut indices.
+
+    Attributes
+    ----------
+    thr_offsets : ndarray of shape (n_features + 1,), int64
+        Feature ``f``'s thresholds are ``thr_values[thr_offsets[f]:thr_offsets[f+1]]``.
+    thr_values : ndarray of shape (n_thresholds,), float64
+        Canonical thresholds, ascending per feature.
+    cell_offsets : ndarray of shape (n_features + 1,), int64
+        Feature ``f``'s cells are ``cell_offsets[f] .. cell_offsets[f+1]-1``
+        (``K_f + 1`` cells).
+    cell_lower, cell_upper : ndarray of shape (n_cells,), float64
+        Real bounds of every cell on the legal domain (+-inf when unbounded).
+    cell_lower_closed, cell_upper_closed : ndarray of shape (n_cells,), bool
+    integral : ndarray of shape (n_features,), bool
+        Features whose legal values are integers.
+    dom_lower, dom_upper : ndarray of shape (n_features,), float64
+    node_cut : ndarray of shape (n_nodes,), int32
+        Cut index of every ensemble node (see module docs); 0 at leaves.
+    raw_thresholds : int
+        Distinct (feature, threshold) pairs of the model before canonicalisation.
+    """
+
+    thr_offsets: np.ndarray
+    thr_values: np.ndarray
+    cell_offsets: np.ndarray
+    cell_lower: np.ndarray
+    cell_upper: np.ndarray
+    cell_lower_closed: np.ndarray
+    cell_upper_closed: np.ndarray
+    integral: np.ndarray
+    dom_lower: np.ndarray
+    dom_upper: np.ndarray
+    node_cut: np.ndarray
+    raw_thresholds: int
+
+    @property
+    def n_features(self) -> int:
+        return int(self.integral.shape[0])
+
+    @property
+    def n_thresholds(self) -> np.ndarray:
+        """Number of canonical thresholds per feature, shape (n_features,)."""
+        return np.diff(self.thr_offsets)
+
+    @property
+    def n_cells(self) -> np.ndarray:
+        """Number of cells per feature, shape (n_features,)."""
+        return self.n_thresholds + 1
+
+    def thresholds(self, f: int) -> np.ndarray:
+        return self.thr_values[self.thr_offsets[f] : self.thr_offsets[f + 1]]
+
+    @classmethod
+    def from_ensemble(cls, ens: FlatEnsemble, schema: FeatureSchema) -> Grid:
+        m = ens.n_features
+        dom_lo, dom_hi = schema.domains()
+        integral = schema.integral_mask()
+        feat = ens.node_feature
+        node_cut = np.zeros(ens.n_nodes, dtype=np.int32)
+        thr_parts, cl, cu, clc, cuc = [], [], [], [], []
+        raw = 0
+        for f in range(m):
+            nodes = np.flatnonzero(feat == f)
+            t = ens.node_threshold[nodes]
+            raw += np.unique(t).size
+            v = np.floor(t) if integral[f] else floor32(t)
+            lo, hi = dom_lo[f], dom_hi[f]
+            # x >= lo > v: always right; v >= hi >= x: always left.
+            keep = (v >= lo) & (v < hi)
+            cuts = np.unique(v[keep])
+            K = cuts.size
+            c = np.searchsorted(cuts, v).astype(np.int32)
+            c[v < lo] = -1
+            c[v >= hi] = K
+            node_cut[nodes] = c
+            thr_parts.append(cuts)
+            # Cell j = (cuts[j-1], cuts[j]] intersected with the domain.
+            lower = np.concatenate([[lo], cuts])
+            upper = np.concatenate([cuts, [hi]])
+            if integral[f]:
+                lower[1:] += 1.0  # integers above the cut
+                lclosed = np.ones(K + 1, dtype=bool)
+            else:
+                lclosed = np.zeros(K + 1, dtype=bool)
+                lclosed[0] = math.isfinite(lo)
+            uclosed = np.ones(K + 1, dtype=bool)
+            uclosed[-1] = math.isfinite(hi)
+            lclosed[0] = lclosed[0] and math.isfinite(lo)
+            cl.append(lower)
+            cu.append(upper)
+            clc.append(lclosed)
+            cuc.append(uclosed)
+        counts = np.array([p.size for p in thr_parts], dtype=np.int64)
+        thr_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        cell_offsets = np.concatenate([[0], np.cumsum(counts + 1)]).astype(np.int64)
+        return cls(
+            thr_offsets=thr_offsets,
+            thr_values=np.concatenate(thr_parts) if m else np.zeros(0),
+            cell_offsets=cell_offsets,
+            cell_lower=np.concatenate(cl),
+            cell_upper=np.concatenate(cu),
+            cell_lower_closed=np.concatenate(clc),
+            cell_upper_closed=np.concatenate(cuc),
+            integral=integral,
+            dom_lower=dom_lo,
+            dom_upper=dom_hi,
+            node_cut=node_cut,
+            raw_thresholds=int(raw),
+        )
+
+    # -- points <-> cells -----------------------------------------------------------------
+    def check_domain(self, A: np.ndarray, names: Sequence[str]) -> None:
+        """Raise :class:`InvalidQueryError` if a row of ``A`` leaves the legal domain."""
+        below = A < self.dom_lower
+        above = A > self.dom_upper
+        frac = self.integral & (A != np.round(A))
+        for mask, what in ((below, "below"), (above, "above")):
+            if mask.any():
+                i, j = np.argwhere(mask)[0]
+                raise InvalidQueryError(
+                    f"feature {names[j]!r} = {A[i, j]} is {what} its legal range "
+                    f"[{self.dom_lower[j]}, {self.dom_upper[j]}]",
+                    names[j],
+                )
+        if frac.any():
+            i, j = np.argwhere(frac)[0]
+            raise InvalidQueryError(
+                f"feature {names[j]!r} = {A[i, j]} must be an integer", names[j]
+            )
+
+    def cells_of(self, A: np.ndarray) -> np.ndarray:
+        """Cell index per feature of every row, shape (n_samples, n_features), int32.
+
+        Uses the model's view of the input: float32 for continuous features.
+        """
+        A = np.asarray(A, dtype=np.float64)
+        out = np.empty(A.shape, dtype=np.int32)
+        for f in range(self.n_features):
+            col = A[:, f] if self.integral[f] else A[:, f].astype(np.float32).astype(np.float64)
+            out[:, f] = np.searchsorted(self.thresholds(f), col, side="left")
+        return out
+
+    def cell_points(self, cells: np.ndarray) -> np.ndarray:
+        """A legal point inside each cell vector, shape (n, n_features).
+
+        Picks the closed upper end when finite, else the smallest value above the lower
+        end, so that the model sees the point in that very cell.
+        """
+        cells = np.atleast_2d(cells)
+        out = np.empty(cells.shape, dtype=np.float64)
+        for f in range(self.n_features):
+            g = cells[:, f] + self.cell_offsets[f]
+            lo, hi = self.cell_lower[g], self.cell_upper[g]
+            v = np.where(np.isfinite(hi), hi, np.where(np.isfinite(lo), lo + 1.0, 0.0))
+            if not self.integral[f]:
+                # Upper ends of continuous cells are float32 thresholds (exact); an
+                # unbounded upper cell takes a float32 value above its lower end.
+                v32 = floor32(v)
+                need = ~np.isfinite(hi)
+                bump = np.nextafter(lo.astype(np.float32), np.float32(np.inf)).astype(np.float64)
+                v = np.where(need & np.isfinite(lo), np.maximum(v32, bump), v32)
+            out[:, f] = v
+        return out

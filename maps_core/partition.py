@@ -1,0 +1,582 @@
+"""Certified extraction of a faithful partition into labeled rectangles.
+
+A *region* is a box of grid cells: per feature an inclusive range ``lo[f]..hi[f]`` of cell
+indices (see :mod:`maps_core.grid`). :func:`refine` turns a region into disjoint labeled
+sub-regions whose union is the region, each *certified* single-class:
+
+1. Label one cell of the region (its centre) exactly: candidate class ``a``.
+2. Interval bound: for every other class ``b``, ``base_a - base_b + sum over trees of the
+   minimum over the tree's reachable leaves of (v_a - v_b)``. If every bound exceeds a
+   tolerance far above float64 rounding, the region is certified class ``a``.
+3. Otherwise sample a few cells and label them exactly. Two labels prove the region
+   impure. If all agree, a small depth-first branch-and-bound over sub-boxes tries to
+   *prove* purity exactly (the bound is loose because trees share features; proving
+   avoids fragmenting a pure region into many pieces) or finds a counter-example cell.
+4. Split at the split node that best separates the labelled cells (Gini), chosen among
+   the root-most undecided node of every tree: splits land where the label actually
+   changes and where the model itself cuts.
+
+Single cells are always decidable: their scores are exact sums. Cells whose best and
+second-best scores lie within the tolerance (near-ties, where float summation order could
+matter) are labelled by the model itself afterwards, so no float disagreement can leak in.
+Sampling only ever proves impurity, never purity.
+
+The driver runs work items in parallel threads (the kernels release the GIL), honours
+rectangle and time budgets, and can keep unresolved regions as *mixed* boxes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .ensemble import FlatEnsemble
+from .exceptions import BudgetExceededError
+from .grid import Grid
+
+MIXED = -1  # label of an unresolved region
+NEAR_TIE = -2  # single cell whose scores nearly tie: labelled by the model afterwards
+
+# Counter slots returned by the kernel.
+C_REGIONS, C_BOUND, C_PROVED, C_REFUTED, C_UNKNOWN, C_CELLS, C_TIES, C_PROOF_NODES = range(8)
+COUNTER_NAMES = (
+    "regions",
+    "certified_by_bound",
+    "certified_by_proof",
+    "proofs_refuted",
+    "proofs_unknown",
+    "single_cells",
+    "near_ties",
+    "proof_nodes",
+)
+
+
+# --------------------------------------------------------------------------------------
+# numba kernels
+# --------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf):
+    """Exact class of one cell and its margin (best score minus runner-up)."""
+    c = base.shape[0]
+    for k in range(c):
+        buf[k] = base[k]
+    for t in range(roots.shape[0]):
+        node = roots[t]
+        while nf[node] >= 0:
+            if cell[nf[node]] <= ncut[node]:
+                node = nl[node]
+            else:
+                node = nr[node]
+        for k in range(c):
+            buf[k] += nv[node, k]
+    best = 0
+    for k in range(1, c):
+        if tie_high:
+            if buf[k] >= buf[best]:
+                best = k
+        elif buf[k] > buf[best]:
+            best = k
+    margin = np.inf
+    for k in range(c):
+        if k != best and buf[best] - buf[k] < margin:
+            margin = buf[best] - buf[k]
+    return best, margin
+
+
+@njit(cache=True, nogil=True)
+def _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f, top_c, stack, mn, mx):
+    """Interval bound of the margin of class ``a`` over the region ``lo..hi``.
+
+    Fills ``lb[b]`` (lower bound of score_a - score_b), per tree the spread of its margin
+    ``trange[t]`` and its root-most undecided split ``(top_f[t], top_c[t])`` (-1 if the
+    tree is constant on the region). Returns min over b != a of lb[b].
+    """
+    c = base.shape[0]
+    for b in range(c):
+        lb[b] = base[a] - base[b]
+    for t in range(roots.shape[0]):
+        for b in range(c):
+            mn[b] = np.inf
+            mx[b] = -np.inf
+        top_f[t] = -1
+        top_c[t] = 0
+        sp = 0
+        stack[0] = roots[t]
+        sp = 1
+        while sp > 0:
+            sp -= 1
+            node = stack[sp]
+            f = nf[node]
+            if f < 0:
+                for b in range(c):
+                    d = nv[node, a] - nv[node, b]
+                    if d < mn[b]:
+                        mn[b] = d
+                    if d > mx[b]:
+                        mx[b] = d
+                continue
+            cut = ncut[node]
+            go_l = lo[f] <= cut
+            go_r = hi[f] > cut
+            if go_l and go_r and top_f[t] < 0:
+                top_f[t] = f
+                top_c[t] = cut
+            if go_l:
+                stack[sp] = nl[node]
+                sp += 1
+            if go_r:
+                stack[sp] = nr[node]
+                sp += 1
+        spread = 0.0
+        for b in range(c):
+            if b != a:
+                lb[b] += mn[b]
+                if mx[b] - mn[b] > spread:
+                    spread = mx[b] - mn[b]
+        trange[t] = spread
+    worst = np.inf
+    for b in range(c):
+        if b != a and lb[b] < worst:
+            worst = lb[b]
+    return worst
+
+
+@njit(cache=True, nogil=True)
+def _prove(lo0, hi0, a, budget, tol, nf, ncut, nl, nr, nv, roots, base, tie_high, cex, ws):
+    """Exact purity test by depth-first branch-and-bound.
+
+    Returns (status, nodes): status 1 = every cell of the region is class ``a`` with a
+    margin above ``tol``; 0 = counter-example cell written to ``cex``; -1 = budget spent.
+    """
+    (lb, trange, top_f, top_c, stack, mn, mx, buf, slo, shi) = ws
+    m = lo0.shape[0]
+    sp = 0
+    for f in range(m):
+        slo[0, f] = lo0[f]
+        shi[0, f] = hi0[f]
+    sp = 1
+    nodes = 0
+    while sp > 0:
+        if nodes >= budget:
+            return -1, nodes
+        sp -= 1
+        lo = slo[sp].copy()
+        hi = shi[sp].copy()
+        nodes += 1
+        worst = _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f,
+                        top_c, stack, mn, mx)
+        if worst > tol:
+            continue
+        # Split at the root-most undecided node of the most uncertain tree.
+        bt = -1
+        br = -1.0
+        for t in range(roots.shape[0]):
+            if top_f[t] >= 0 and trange[t] > br:
+                br = trange[t]
+                bt = t
+        if bt < 0:
+            # Single cell (no undecided split): the bound is the exact margin.
+            for f in range(m):
+                cex[f] = lo[f]
+            return 0, nodes
+        if sp + 2 > slo.shape[0]:
+            return -1, nodes
+        f = top_f[bt]
+        cut = top_c[bt]
+        for g in range(m):
+            slo[sp, g] = lo[g]
+            shi[sp, g] = hi[g]
+            slo[sp + 1, g] = lo[g]
+            shi[sp + 1, g] = hi[g]
+        shi[sp, f] = cut
+        slo[sp + 1, f] = cut + 1
+        sp += 2
+    return 1, nodes
+
+
+@njit(cache=True, nogil=True)
+def _grow(a, n):
+    out = np.empty((max(2 * a.shape[0], n),) + a.shape[1:], dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
+            nf, ncut, nl, nr, nv, roots, base, tie_high, max_depth_nodes):
+    """Refine one region into certified labeled boxes (see module docs).
+
+    Returns (out_lo, out_hi, out_label, n_out, left_lo, left_hi, n_left, counters):
+    certified boxes and, when ``max_regions`` ran out, the regions still to do.
+    """
+    np.random.seed(seed)
+    m = root_lo.shape[0]
+    c = base.shape[0]
+    T = roots.shape[0]
+    counters = np.zeros(8, dtype=np.int64)
+    cap = 1024
+    out_lo = np.empty((cap, m), dtype=np.int32)
+    out_hi = np.empty((cap, m), dtype=np.int32)
+    out_lab = np.empty(cap, dtype=np.int32)
+    n_out = 0
+    st_lo = np.empty((256, m), dtype=np.int32)
+    st_hi = np.empty((256, m), dtype=np.int32)
+    for f in range(m):
+        st_lo[0, f] = root_lo[f]
+        st_hi[0, f] = root_hi[f]
+    sp = 1
+    lb = np.empty(c)
+    trange = np.empty(T)
+    top_f = np.empty(T, dtype=np.int32)
+    top_c = np.empty(T, dtype=np.int32)
+    stack = np.empty(max_depth_nodes, dtype=np.int32)
+    mn = np.empty(c)
+    mx = np.empty(c)
+    buf = np.empty(c)
+    ns = n_samples + 2
+    samp = np.empty((ns, m), dtype=np.int32)
+    slab = np.empty(ns, dtype=np.int32)
+    cell = np.empty(m, dtype=np.int32)
+    cex = np.empty(m, dtype=np.int32)
+    pw = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32), np.empty(T, dtype=np.int32),
+          np.empty(max_depth_nodes, dtype=np.int32), np.empty(c), np.empty(c), np.empty(c),
+          np.empty((4096, m), dtype=np.int32), np.empty((4096, m), dtype=np.int32))
+    cnt_l = np.empty(c)
+    cnt_r = np.empty(c)
+    regions = 0
+    while sp > 0 and regions < max_regions:
+        sp -= 1
+        lo = st_lo[sp].copy()
+        hi = st_hi[sp].copy()
+        regions += 1
+        # 1. candidate class from the centre cell
+        single = True
+        for f in range(m):
+            cell[f] = (lo[f] + hi[f]) // 2
+            if hi[f] > lo[f]:
+                single = False
+        a, marg = _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf)
+        label = -3
+        if single:
+            counters[C_CELLS] += 1
+            label = a if marg > tol else -2
+            if label == -2:
+                counters[C_TIES] += 1
+        else:
+            worst = _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f,
+                            top_c, stack, mn, mx)
+            if worst > tol:
+                label = a
+                counters[C_BOUND] += 1
+        if label == -3:
+            # 2. sample cells; two labels prove impurity
+            for f in range(m):
+                samp[0, f] = cell[f]
+            slab[0] = a
+            n = 1
+            mixed = marg <= tol
+            for s in range(n_samples):
+                for f in range(m):
+                    samp[n, f] = lo[f] + np.random.randint(0, hi[f] - lo[f] + 1)
+                lab, mg = _label_cell(samp[n], nf, ncut, nl, nr, nv, roots, base, tie_high, buf)
+                slab[n] = lab
+                if lab != a or mg <= tol:
+                    mixed = True
+                n += 1
+            if not mixed and prove_budget > 0:
+                status, pn = _prove(lo, hi, a, prove_budget, tol, nf, ncut, nl, nr, nv, roots,
+                                    base, tie_high, cex, pw)
+                counters[C_PROOF_NODES] += pn
+                if status == 1:
+                    label = a
+                    counters[C_PROVED] += 1
+                elif status == 0:
+                    counters[C_REFUTED] += 1
+                    for f in range(m):
+                        samp[n, f] = cex[f]
+                    lab, mg = _label_cell(cex, nf, ncut, nl, nr, nv, roots, base, tie_high, buf)
+                    slab[n] = lab if mg > tol else c  # near-tie counts as its own label
+                    n += 1
+                else:
+                    counters[C_UNKNOWN] += 1
+            if label == -3:
+                # The bound of step 1 left top_f/top_c for the region (_prove reuses
+                # private workspaces, so they are intact).
+                best_gain = -1.0
+                best_t = -1
+                best_r = -1.0
+                for t in range(T):
+                    f = top_f[t]
+                    if f < 0:
+                        continue
+                    cut = top_c[t]
+                    for k in range(c):
+                        cnt_l[k] = 0.0
+                        cnt_r[k] = 0.0
+                    nL = 0.0
+                    nR = 0.0
+                    for s in range(n):
+                        k = slab[s]
+                        if k >= c:
+                            k = a
+                        if samp[s, f] <= cut:
+                            cnt_l[k] += 1.0
+                            nL += 1.0
+                        else:
+                            cnt_r[k] += 1.0
+                            nR += 1.0
+                    # Gini "purity" sum_k n_k^2 / n per side: larger is better.
+                    g = 0.0
+                    for k in range(c):
+                        if nL > 0:
+                            g += cnt_l[k] * cnt_l[k] / nL
+                        if nR > 0:
+                            g += cnt_r[k] * cnt_r[k] / nR
+                    if g > best_gain + 1e-12 or (abs(g - best_gain) <= 1e-12 and trange[t] > best_r):
+                        best_gain = g
+                        best_t = t
+                        best_r = trange[t]
+                f = top_f[best_t]
+                cut = top_c[best_t]
+                if sp + 2 > st_lo.shape[0]:
+                    st_lo = _grow(st_lo, sp + 2)
+                    st_hi = _grow(st_hi, sp + 2)
+                for g2 in range(m):
+                    st_lo[sp, g2] = lo[g2]
+                    st_hi[sp, g2] = hi[g2]
+                    st_lo[sp + 1, g2] = lo[g2]
+                    st_hi[sp + 1, g2] = hi[g2]
+                st_lo[sp, f] = cut + 1  # right child popped second
+                st_hi[sp + 1, f] = cut
+                sp += 2
+                continue
+        if n_out >= out_lo.shape[0]:
+            out_lo = _grow(out_lo, n_out + 1)
+            out_hi = _grow(out_hi, n_out + 1)
+            out_lab = _grow(out_lab, n_out + 1)
+        out_lo[n_out] = lo
+        out_hi[n_out] = hi
+        out_lab[n_out] = label
+        n_out += 1
+    counters[C_REGIONS] = regions
+    return (out_lo[:n_out].copy(), out_hi[:n_out].copy(), out_lab[:n_out].copy(), n_out,
+            st_lo[:sp].copy(), st_hi[:sp].copy(), sp, counters)
+
+
+# --------------------------------------------------------------------------------------
+# driver
+# --------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class Partition:
+    """Disjoint labeled boxes of grid cells covering the legal domain.
+
+    Attributes
+    ----------
+    lo, hi : ndarray of shape (n_rectangles, n_features), int32
+        Inclusive cell-index ranges per feature.
+    labels : ndarray of shape (n_rectangles,), int32
+        Class index, or ``MIXED`` (-1) for an unresolved region.
+    counters : dict
+        Algorithm counters (see ``COUNTER_NAMES``).
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+    labels: np.ndarray
+    counters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_rectangles(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def n_mixed(self) -> int:
+        return int(np.count_nonzero(self.labels == MIXED))
+
+    def counts(self, n_classes: int) -> np.ndarray:
+        """Certified rectangles per class index, shape (n_classes,)."""
+        lab = self.labels[self.labels >= 0]
+        return np.bincount(lab, minlength=n_classes)
+
+
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """The ensemble's arrays in the layout the kernels take."""
+
+    nf: np.ndarray
+    ncut: np.ndarray
+    nl: np.ndarray
+    nr: np.ndarray
+    nv: np.ndarray
+    roots: np.ndarray
+    base: np.ndarray
+    tie_high: bool
+    tol: float
+    max_depth_nodes: int
+
+    @classmethod
+    def make(cls, ens: FlatEnsemble, grid: Grid) -> Kernel:
+        nv = np.ascontiguousarray(ens.node_value, dtype=np.float64)
+        # Float64 sums of at most a few thousand terms err by ~1e-13 relative; a margin
+        # above this tolerance decides the class whatever the summation order.
+        leaf = ens.node_feature < 0
+        scale = float(np.abs(ens.base).max(initial=0.0))
+        for r0, r1 in zip(ens.roots, list(ens.roots[1:]) + [ens.n_nodes]):
+            sl = slice(int(r0), int(r1))
+            scale += float(np.abs(nv[sl][leaf[sl]]).max(initial=0.0))
+        sizes = np.diff(np.concatenate([ens.roots, [ens.n_nodes]]))
+        return cls(
+            nf=np.ascontiguousarray(ens.node_feature, dtype=np.int32),
+            ncut=np.ascontiguousarray(grid.node_cut, dtype=np.int32),
+            nl=np.ascontiguousarray(ens.node_left, dtype=np.int32),
+            nr=np.ascontiguousarray(ens.node_right, dtype=np.int32),
+            nv=nv,
+            roots=np.ascontiguousarray(ens.roots, dtype=np.int32),
+            base=np.ascontiguousarray(ens.base, dtype=np.float64),
+            tie_high=ens.tie_break == "high",
+            tol=1e-9 * (1.0 + scale),
+            max_depth_nodes=int(sizes.max()) + 2,
+        )
+
+    def refine(
+        self, lo: np.ndarray, hi: np.ndarray, max_regions: int, prove_budget: int,
+        n_samples: int, seed: int,
+    ) -> tuple[Any, ...]:
+        return _refine(
+            lo, hi, max_regions, prove_budget, n_samples, seed, self.tol, self.nf, self.ncut,
+            self.nl, self.nr, self.nv, self.roots, self.base, self.tie_high,
+            self.max_depth_nodes,
+        )
+
+
+def _volume(lo: np.ndarray, hi: np.ndarray) -> float:
+    return float(np.prod((hi - lo + 1).astype(np.float64)))
+
+
+def extract(
+    ens: FlatEnsemble,
+    grid: Grid,
+    *,
+    max_rectangles: int | None = None,
+    max_seconds: float | None = None,
+    on_budget: str = "mixed",
+    progress: Callable[[float], None] | None = None,
+    n_jobs: int = 1,
+    labeler: Callable[[np.ndarray], np.ndarray] | None = None,
+    item_regions: int = 20_000,
+    prove_budget: int = 64,
+    n_samples: int = 16,
+) -> Partition:
+    """Certified partition of the legal domain.
+
+    Parameters
+    ----------
+    ens : FlatEnsemble
+    grid : Grid
+        Canonical thresholds of ``ens`` on the schema's domain.
+    max_rectangles, max_seconds : optional
+        Budgets. When one runs out, ``on_budget="mixed"`` keeps the regions not yet
+        resolved as mixed boxes (label ``MIXED``), ``"error"`` raises
+        :class:`BudgetExceededError`.
+    progress : callable, optional
+        Receives the fraction of grid cells certified so far, in [0, 1].
+    n_jobs : int
+        Worker threads.
+    labeler : callable, optional
+        ``labeler(points) -> class indices`` with the model itself, for near-tie cells.
+        Defaults to :meth:`FlatEnsemble.predict_index`.
+    item_regions, prove_budget, n_samples : int
+        Regions per work item, node budget of each purity proof, cells sampled per region.
+
+    Returns
+    -------
+    Partition
+    """
+    if on_budget not in ("mixed", "error"):
+        raise ValueError("on_budget must be 'mixed' or 'error'")
+    t0 = time.perf_counter()
+    kern = Kernel.make(ens, grid)
+    m = ens.n_features
+    root_lo = np.zeros(m, dtype=np.int32)
+    root_hi = (grid.n_cells - 1).astype(np.int32)
+    total = _volume(root_lo, root_hi)
+    done = 0.0
+    counters = np.zeros(len(COUNTER_NAMES), dtype=np.int64)
+    outs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    n_rect = 0
+    # Waves of work items processed in parallel; results kept in item order so that the
+    # output does not depend on thread timing. The first wave is a single small item
+    # whose leftover stack seeds the parallel waves.
+    wave: list[tuple[np.ndarray, np.ndarray]] = [(root_lo, root_hi)]
+    budget = 256
+    stopped = False
+    seed = 0
+    with ThreadPoolExecutor(max_workers=max(1, n_jobs)) as pool:
+        while wave:
+            futs = []
+            for lo, hi in wave:
+                seed += 1
+                futs.append(
+                    pool.submit(kern.refine, lo, hi, budget, prove_budget, n_samples, seed)
+                )
+            nxt: list[tuple[np.ndarray, np.ndarray]] = []
+            for fut in futs:
+                olo, ohi, olab, n_out, llo, lhi, n_left, cnt = fut.result()
+                counters += cnt
+                if n_out:
+                    outs.append((olo, ohi, olab))
+                    n_rect += n_out
+                    done += float(np.prod((ohi - olo + 1).astype(np.float64), axis=1).sum())
+                nxt.extend((llo[i], lhi[i]) for i in range(n_left))
+            wave = nxt
+            budget = item_regions
+            if progress is not None:
+                progress(min(done / total, 1.0) if wave else 1.0)
+            over_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
+            over_rect = max_rectangles is not None and n_rect > max_rectangles
+            if wave and (over_time or over_rect):
+                stopped = True
+                break
+    if stopped:
+        what = "time" if (max_seconds is not None and time.perf_counter() - t0 > max_seconds) else "rectangle"
+        if on_budget == "error":
+            raise BudgetExceededError(
+                f"extraction exceeded its {what} budget with {n_rect} rectangles certified "
+                f"and {len(wave)} regions unresolved ({100 * done / total:.4g}% of the grid "
+                "certified)"
+            )
+        lo_m = np.stack([w[0] for w in wave]).astype(np.int32)
+        hi_m = np.stack([w[1] for w in wave]).astype(np.int32)
+        outs.append((lo_m, hi_m, np.full(len(wave), MIXED, dtype=np.int32)))
+    if outs:
+        lo = np.concatenate([o[0] for o in outs])
+        hi = np.concatenate([o[1] for o in outs])
+        lab = np.concatenate([o[2] for o in outs])
+    else:  # pragma: no cover - the root always yields something
+        lo = hi = np.zeros((0, m), dtype=np.int32)
+        lab = np.zeros(0, dtype=np.int32)
+    ties = np.flatnonzero(lab == NEAR_TIE)
+    if ties.size:
+        pts = grid.cell_points(lo[ties])
+        lab[ties] = (labeler or ens.predict_index)(pts)
+    info: dict[str, Any] = {k: int(v) for k, v in zip(COUNTER_NAMES, counters)}
+    info["extract_seconds"] = time.perf_counter() - t0
+    info["budget_exhausted"] = stopped
+    return Partition(lo=lo, hi=hi, labels=lab.astype(np.int32), counters=info)
+
+
+def refine_region(kern: Kernel, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Fully refine one region (used for mixed boxes at query time)."""
+    olo, ohi, olab, _, _, _, _, _ = kern.refine(
+        lo.astype(np.int32), hi.astype(np.int32), 2**62, 64, 16, 1
+    )
+    return olo, ohi, olab
+
+
+__all__ = ["MIXED", "Kernel", "Partition", "extract", "refine_region"]
