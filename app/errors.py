@@ -1,0 +1,208 @@
+"""Every error the service answers with, mapped to HTTP in one table.
+
+Errors leave the service as JSON::
+
+    {"error": "invalid_input", "message": "feature 'age' is missing", "field": "instance.age"}
+
+``field`` names the offending input (a dotted path into the request, ``"model"``/``"spec"``
+for uploads, ``"target"``, ``"norm"``, ...) or is null when no single input is to blame.
+Request-validation errors also carry ``details``: every problem found, not only the first.
+
+Domain errors (:class:`maps_core.MapsError`) and service errors (:class:`ApiError`) are
+converted here and nowhere else; routes just raise. Anything else reaching the top is a bug:
+it is logged with its traceback and answered with a JSON 500 that leaks nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from maps_core.exceptions import (
+    ArtifactError,
+    BudgetExceededError,
+    InvalidQueryError,
+    MapsError,
+    SchemaError,
+    UnsupportedModelError,
+)
+
+log = logging.getLogger("cfmaps.app")
+
+
+class ApiError(Exception):
+    """Base of the service's own errors.
+
+    Parameters
+    ----------
+    message : str
+        Plain-words explanation, shown to the client.
+    field : str, optional
+        The offending input.
+    headers : mapping, optional
+        Extra response headers (``WWW-Authenticate``, ``Retry-After``).
+    """
+
+    def __init__(
+        self, message: str, field: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+
+class InvalidInputError(ApiError):
+    """The request is well-formed HTTP but its content is unusable."""
+
+
+class UnsafeModelFileError(InvalidInputError):
+    """The uploaded model file is of a kind the service refuses to load."""
+
+
+class ModelNotFoundError(ApiError):
+    """No model with this id."""
+
+
+class ModelNotReadyError(ApiError):
+    """The model exists but cannot answer yet (queued, building, loading or failed)."""
+
+
+class PayloadTooLargeError(ApiError):
+    """Body, upload or batch above the configured limit."""
+
+
+class UnauthorizedError(ApiError):
+    """No credentials were given where they are required."""
+
+
+class ForbiddenError(ApiError):
+    """Credentials were given but do not grant this operation."""
+
+
+# The one table: exception class -> (HTTP status, machine-readable code). Looked up along the
+# exception's MRO, so the most specific entry wins.
+ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
+    # service errors
+    UnsafeModelFileError: (422, "unsafe_model_file"),
+    InvalidInputError: (422, "invalid_input"),
+    ModelNotFoundError: (404, "model_not_found"),
+    ModelNotReadyError: (409, "model_not_ready"),
+    PayloadTooLargeError: (413, "payload_too_large"),
+    UnauthorizedError: (401, "unauthorized"),
+    ForbiddenError: (403, "forbidden"),
+    # engine errors
+    InvalidQueryError: (422, "invalid_query"),
+    SchemaError: (422, "invalid_schema"),
+    UnsupportedModelError: (422, "unsupported_model"),
+    # A query's or build's budget ran out: the request is valid but too expensive to serve
+    # under the configured limits; retrying will not help, so not a 5xx.
+    BudgetExceededError: (422, "budget_exceeded"),
+    # Persisted maps unreadable: the server cannot serve this model now (not the client's
+    # fault, but also not a bug in the service).
+    ArtifactError: (503, "artifact_unavailable"),
+    MapsError: (422, "invalid_request"),
+}
+
+
+def lookup(exc: BaseException) -> tuple[int, str] | None:
+    """HTTP status and code for an exception, or None when it is not a known error."""
+    for klass in type(exc).__mro__:
+        if klass in ERROR_TABLE:
+            return ERROR_TABLE[klass]
+    return None
+
+
+def error_body(
+    code: str, message: str, field: str | None = None, details: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The JSON error document."""
+    body: dict[str, Any] = {"error": code, "message": message, "field": field}
+    if details:
+        body["details"] = details
+    return body
+
+
+def response_for(exc: BaseException) -> JSONResponse:
+    """JSON response for a known error (:func:`lookup` must not be None)."""
+    status, code = lookup(exc) or (500, "internal_error")
+    field = getattr(exc, "field", None)
+    headers = dict(getattr(exc, "headers", None) or {})
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    return JSONResponse(error_body(code, message, field), status_code=status, headers=headers)
+
+
+def _loc_to_field(loc: Sequence[Any]) -> str | None:
+    """pydantic location -> dotted field path, without the ``body``/``query`` prefix."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header", "form"):
+        parts = parts[1:]
+    # Union members ("list[...]", "function-after[...]") are noise to a client.
+    parts = [p for p in parts if "[" not in p]
+    return ".".join(parts) or None
+
+
+def validation_details(errors: Sequence[Any]) -> list[dict[str, Any]]:
+    """pydantic errors -> ``[{"field": ..., "message": ...}]`` (JSON-safe)."""
+    out = []
+    for e in errors:
+        field = _loc_to_field(e.get("loc", ()))
+        if e.get("type") == "json_invalid":
+            field = "body"
+        out.append({"field": field, "message": str(e.get("msg", "invalid value"))})
+    return out
+
+
+_STATUS_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    503: "unavailable",
+}
+
+
+def install(app: FastAPI) -> None:
+    """Register the exception handlers on ``app``."""
+
+    async def on_known(request: Request, exc: Exception) -> JSONResponse:
+        return response_for(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        details = validation_details(exc.errors())
+        field = details[0]["field"] if details else None
+        message = str(details[0]["message"]) if details else "invalid request"
+        if field:
+            message = f"{field}: {message}"
+        return JSONResponse(error_body("invalid_input", message, field, details), status_code=422)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = _STATUS_CODES.get(exc.status_code, "http_error")
+        return JSONResponse(
+            error_body(code, str(exc.detail), getattr(exc, "field", None)),
+            status_code=exc.status_code,
+            headers=dict(exc.headers or {}),
+        )
+
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        # A genuine bug: log it with the traceback, tell the client nothing internal.
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(
+            error_body("internal_error", "internal server error; the error was logged"),
+            status_code=500,
+        )
+
+    app.add_exception_handler(ApiError, on_known)
+    app.add_exception_handler(MapsError, on_known)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_bug)

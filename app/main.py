@@ -1,0 +1,170 @@
+"""The application factory.
+
+Run with ``uvicorn --factory app.main:create_app`` (settings from ``CFMAPS_*``) or
+``cfmaps serve``. Use a single worker per data dir: builds and the registry live in the
+process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import metadata
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import errors
+from .builds import BuildManager
+from .errors import error_body
+from .metrics import Metrics, MetricsMiddleware
+from .registry import Registry
+from .routes import counterfactuals, health, models
+from .settings import Settings
+
+log = logging.getLogger("cfmaps.app")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("cfmaps")
+    except metadata.PackageNotFoundError:
+        return "0.0.0+local"
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """Raised from ``receive`` when a streamed body passes its limit.
+
+    An ``HTTPException`` because FastAPI re-raises those from body parsing (anything else
+    would become a 400), so the 413 reaches the exception handlers intact.
+    """
+
+    def __init__(self, limit: int, field: str) -> None:
+        super().__init__(413, f"the request body exceeds the limit of {limit} bytes")
+        self.field = field
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies above ``max_body_bytes`` (``max_upload_bytes`` for model uploads) with 413.
+
+    A declared ``Content-Length`` above the limit is refused before reading anything; a body
+    without one (chunked) is counted as it streams.
+    """
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        upload = scope["path"].rstrip("/") == "/v1/models"
+        limit = self.settings.max_upload_bytes if upload else self.settings.max_body_bytes
+        field = "model" if upload else "body"
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            body = json.dumps(
+                error_body(
+                    "payload_too_large",
+                    f"the request body ({declared} bytes) exceeds the limit of {limit} bytes",
+                    field,
+                )
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 413,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(limit, field)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the cfmaps FastAPI application.
+
+    Parameters
+    ----------
+    settings : Settings, optional
+        Defaults to :class:`Settings` read from the ``CFMAPS_*`` environment.
+
+    Notes
+    -----
+    At start-up (lifespan) the data dir is scanned synchronously (interrupted builds are
+    marked failed), then the ready models are loaded in a background thread: ``/healthz``
+    answers at once, ``/readyz`` turns 200 when loading is done. On shutdown queued builds
+    are dropped and running ones asked to stop; their on-disk status then reads failed at
+    the next start.
+    """
+    settings = settings or Settings()
+    metrics = Metrics()
+    registry = Registry(settings)
+    builds = BuildManager(registry, settings, metrics)
+    metrics.watch_models(registry.counts)
+
+    # Models fitted on DataFrames warn on every numpy predict call; the service always
+    # passes arrays in schema order, so the warning is noise.
+    warnings.filterwarnings("ignore", message="X does not have valid feature names")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        registry.open()
+        loader = threading.Thread(target=registry.load_pending, name="cfmaps-load", daemon=True)
+        loader.start()
+        log.info("cfmaps serving %s", settings.data_dir)
+        try:
+            yield
+        finally:
+            builds.shutdown()
+
+    app = FastAPI(
+        title="cfmaps",
+        version=_version(),
+        summary="Exact counterfactual explanations for tree-ensemble classifiers",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.builds = builds
+    app.state.metrics = metrics
+    errors.install(app)
+    app.include_router(models.router)
+    app.include_router(counterfactuals.router)
+    app.include_router(health.router)
+    # Added last = outermost: metrics also count the 413s answered by the body limit.
+    app.add_middleware(BodyLimitMiddleware, settings=settings)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

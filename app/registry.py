@@ -1,0 +1,606 @@
+"""Models on disk and in memory: upload, status, reload on start, delete.
+
+Layout under ``<data_dir>/models/<id>/``::
+
+    model.skops | model.pkl    the uploaded file, byte for byte
+    spec.json                  normalised spec: name, features (full schema), classes
+    status.json                status, error, timestamps, classes, build statistics
+    maps/                      written by CounterfactualMaps.save (atomic)
+
+Every JSON file is written atomically (temporary file, fsync, ``os.replace``). A new model
+is assembled in ``models/.tmp-<id>/`` and renamed into place only once complete, and a
+deleted one is first renamed to ``models/.trash-<id>`` and then removed, so a crash at any
+point leaves either a whole model directory or a dot-directory that the next start removes.
+
+Status life cycle: ``queued`` -> ``building`` -> ``ready`` | ``failed`` (persisted), and, in
+memory only, ``loading`` while a restarted service loads a ready model. At start:
+
+* a model whose persisted status is ``queued`` or ``building`` was interrupted by a crash or
+  a shutdown; it is marked ``failed`` on disk, with an error saying so (builds are not
+  resumed: the issue asks for a visible failure, and re-uploading is one request);
+* a ``ready`` model is loaded (model file and memory-mapped maps, checked against each
+  other by fingerprint). If loading fails it is reported ``failed`` with the reason, in
+  memory only: the files stay untouched so that repairing them (or fixing the
+  configuration, e.g. ``CFMAPS_TRUST_PICKLE``) and restarting brings it back.
+
+The service assumes it is the only process writing its data dir (one uvicorn worker).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from maps_core import CounterfactualMaps, FeatureSchema, MapsError, flatten_model
+from maps_core.exceptions import SchemaError
+
+from . import modelio
+from .errors import (
+    ApiError,
+    InvalidInputError,
+    ModelNotFoundError,
+    ModelNotReadyError,
+    PayloadTooLargeError,
+)
+from .schemas import FeatureCodec, ModelSpec, py_scalar
+from .settings import Settings
+
+log = logging.getLogger("cfmaps.app")
+
+STATUS_FILE = "status.json"
+SPEC_FILE = "spec.json"
+MAPS_DIR = "maps"
+FORMAT_VERSION = 1
+INTERRUPTED = (
+    "the build was interrupted (the service stopped while the model was {status}); "
+    "delete the model and upload it again"
+)
+
+
+def now() -> str:
+    """Current UTC time, ISO 8601 to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` atomically: a reader sees the old or the new file, never half."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, allow_nan=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes the rename durable; not supported on every platform/filesystem.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class ModelEntry:
+    """One registered model: its persisted description plus runtime state.
+
+    ``model`` (the estimator, for ``/predict`` and for building) and ``maps`` are set while
+    the model is usable. ``progress`` is written by the build thread without a lock (a
+    float assignment is atomic in CPython).
+    """
+
+    id: str
+    name: str | None
+    status: str
+    format: str
+    model_type: str
+    features: list[dict[str, Any]]
+    class_labels: list[Any]
+    class_names: list[str] | None
+    created_at: str
+    updated_at: str
+    error: str | None = None
+    stats: dict[str, Any] | None = None
+    fingerprint: str | None = None
+    progress: float = 0.0
+    model: Any = None
+    maps: CounterfactualMaps | None = None
+    raw_classes: list[Any] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    io_lock: threading.Lock = field(default_factory=threading.Lock)
+    _codec: FeatureCodec | None = None
+    _display: dict[Any, Any] = field(default_factory=dict)
+
+    # -- derived ----------------------------------------------------------------------
+    @property
+    def schema(self) -> FeatureSchema:
+        return FeatureSchema.from_dicts(self.features)
+
+    @property
+    def codec(self) -> FeatureCodec:
+        if self._codec is None:
+            integral = [f.get("type", "continuous") != "continuous" for f in self.features]
+            self._codec = FeatureCodec([f["name"] for f in self.features], integral)
+        return self._codec
+
+    @property
+    def classes(self) -> list[Any]:
+        """Public class names: display names when the spec gave them, else the labels."""
+        return list(self.class_names) if self.class_names else list(self.class_labels)
+
+    def display(self, label: Any) -> Any:
+        """Public name of a class label as the engine or the model returns it."""
+        if label is None:
+            return None
+        key = py_scalar(label)
+        if not self._display:
+            self._display = dict(zip(self.class_labels, self.classes, strict=True))
+        return self._display.get(key, key)
+
+    def resolve_target(self, target: Any) -> Any:
+        """The model's own label for a requested target (display name or label).
+
+        Display names win over labels when both could match (``"1"`` names the class whose
+        display name is "1", not label 1), because clients echo back what responses show.
+
+        Raises
+        ------
+        InvalidInputError
+            With field ``target``, when no class matches.
+        """
+        if target is None:
+            return None
+        raw = self.raw_classes or self.class_labels
+        if self.class_names and isinstance(target, str):
+            for i, n in enumerate(self.class_names):
+                if n == target:
+                    return raw[i]
+        for i, c in enumerate(self.class_labels):
+            same_kind = isinstance(c, bool) == isinstance(target, bool)
+            if (same_kind and not isinstance(c, str) and c == target) or (
+                isinstance(target, str) and str(c) == target
+            ):
+                return raw[i]
+        known = (
+            f"{self.class_names} (labels {self.class_labels})"
+            if self.class_names
+            else (str(self.class_labels))
+        )
+        raise InvalidInputError(f"unknown class {target!r}; classes are {known}", "target")
+
+    def info(self) -> dict[str, Any]:
+        """The public description (``GET /v1/models/{id}``)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "status": self.status,
+            "progress": 1.0 if self.status == "ready" else round(self.progress, 4),
+            "error": self.error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "format": self.format,
+            "model_type": self.model_type,
+            "features": self.features,
+            "classes": self.classes,
+            "class_labels": self.class_labels,
+            "stats": self.stats,
+        }
+
+    def persisted(self) -> dict[str, Any]:
+        """Contents of ``status.json``."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "id": self.id,
+            "name": self.name,
+            "status": self.status,
+            "error": self.error,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "format": self.format,
+            "model_type": self.model_type,
+            "class_labels": self.class_labels,
+            "stats": self.stats,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def stats_dict(maps: CounterfactualMaps, class_names: list[Any]) -> dict[str, Any]:
+    """Build statistics for the API (``rectangles_per_class`` keyed by public class name)."""
+    s = maps.stats
+    per_class = {str(c): int(n) for c, n in zip(class_names, s.rectangles_per_class, strict=False)}
+    return {
+        "seconds": round(float(s.seconds), 6),
+        "rectangles": int(sum(s.rectangles_per_class)),
+        "rectangles_per_class": per_class,
+        "mixed_regions": int(s.mixed_regions),
+        "thresholds_per_feature": [int(t) for t in s.thresholds_per_feature],
+        "bytes_on_disk": int(s.bytes_on_disk),
+    }
+
+
+class Registry:
+    """All models of one data dir, keyed by id. Thread-safe.
+
+    Parameters
+    ----------
+    settings : Settings
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.root = settings.models_dir
+        self._entries: dict[str, ModelEntry] = {}
+        self._lock = threading.RLock()
+        self.loaded = threading.Event()
+        self._pending: list[ModelEntry] = []
+        self.on_change: Callable[[], None] | None = None
+
+    # -- lookup -----------------------------------------------------------------------
+    def get(self, model_id: str) -> ModelEntry:
+        entry = self._entries.get(model_id)
+        if entry is None:
+            raise ModelNotFoundError(f"no model with id {model_id!r}", "model_id")
+        return entry
+
+    def get_ready(self, model_id: str) -> ModelEntry:
+        """The entry, if it can answer queries; 404/409 otherwise."""
+        entry = self.get(model_id)
+        if entry.status != "ready" or entry.maps is None or entry.model is None:
+            detail = {
+                "queued": "its build is queued",
+                "building": f"its maps are being built ({entry.progress:.0%} done)",
+                "loading": "it is being loaded after a restart",
+                "failed": f"its build or load failed: {entry.error}",
+            }.get(entry.status, entry.status)
+            headers = (
+                {"Retry-After": "1"} if entry.status in ("queued", "building", "loading") else None
+            )
+            raise ModelNotReadyError(
+                f"model {model_id!r} is not ready: {detail}", "model_id", headers
+            )
+        return entry
+
+    def list(self) -> list[ModelEntry]:
+        with self._lock:
+            return sorted(self._entries.values(), key=lambda e: (e.created_at, e.id))
+
+    def counts(self) -> dict[str, int]:
+        """Models per status (for metrics)."""
+        out = dict.fromkeys(("queued", "building", "loading", "ready", "failed"), 0)
+        for e in list(self._entries.values()):
+            out[e.status] = out.get(e.status, 0) + 1
+        return out
+
+    def all_loaded(self) -> bool:
+        return self.loaded.is_set()
+
+    # -- start ------------------------------------------------------------------------
+    def open(self) -> None:
+        """Scan the data dir (quick: reads small JSON files); loading is :meth:`load_pending`.
+
+        Removes leftovers of interrupted uploads and deletes, and marks interrupted builds
+        failed on disk.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        pending = []
+        for d in sorted(self.root.iterdir()):
+            if not d.is_dir():
+                continue
+            if d.name.startswith("."):
+                shutil.rmtree(d, ignore_errors=True)
+                continue
+            try:
+                entry = self._read_entry(d)
+            except Exception as exc:  # a hand-edited or truncated file must not stop start-up
+                log.warning("skipping %s: unreadable model directory (%s)", d, exc)
+                continue
+            if entry.status in ("queued", "building"):
+                entry.error = INTERRUPTED.format(status=entry.status)
+                entry.status = "failed"
+                entry.updated_at = now()
+                self._persist(entry)
+                log.warning("model %s: %s", entry.id, entry.error)
+            elif entry.status == "ready":
+                entry.status = "loading"
+                pending.append(entry)
+            with self._lock:
+                self._entries[entry.id] = entry
+        self._pending = pending
+        if not pending:
+            self.loaded.set()
+
+    def load_pending(self) -> None:
+        """Load every model that was ready on disk (runs in a background thread)."""
+        try:
+            for entry in self._pending:
+                if entry.cancel.is_set():
+                    continue
+                self._load_entry(entry)
+        finally:
+            self._pending = []
+            self.loaded.set()
+
+    def _read_entry(self, d: Path) -> ModelEntry:
+        status = json.loads((d / STATUS_FILE).read_text(encoding="utf-8"))
+        spec = json.loads((d / SPEC_FILE).read_text(encoding="utf-8"))
+        if status.get("id") != d.name:
+            raise ValueError(f"status.json names id {status.get('id')!r}")
+        return ModelEntry(
+            id=d.name,
+            name=spec.get("name"),
+            status=str(status["status"]),
+            format=str(status["format"]),
+            model_type=str(status.get("model_type", "")),
+            features=list(spec["features"]),
+            class_labels=list(status["class_labels"]),
+            class_names=spec.get("classes"),
+            created_at=str(status["created_at"]),
+            updated_at=str(status.get("updated_at", status["created_at"])),
+            error=status.get("error"),
+            stats=status.get("stats"),
+            fingerprint=status.get("fingerprint"),
+        )
+
+    def _load_entry(self, entry: ModelEntry) -> None:
+        d = self.root / entry.id
+        try:
+            model, _ = modelio.load_model_file(
+                d / modelio.FILE_NAMES[entry.format],
+                trust_pickle=self.settings.trust_pickle,
+                max_unpacked_bytes=self._max_unpacked(),
+            )
+            maps = CounterfactualMaps.load(d / MAPS_DIR)
+            fingerprint = flatten_model(model).fingerprint()
+            if maps.fingerprint != fingerprint or (
+                entry.fingerprint is not None and entry.fingerprint != fingerprint
+            ):
+                raise InvalidInputError("the maps do not belong to the model file next to them")
+            if maps.feature_names != [f["name"] for f in entry.features]:
+                raise InvalidInputError("the maps' features differ from spec.json")
+        except (MapsError, ApiError, OSError, KeyError) as exc:
+            self._fail_loaded(entry, f"could not load the model: {_describe(exc)}")
+            return
+        except Exception as exc:  # keep start-up going; this is logged with its traceback
+            log.exception("model %s: unexpected error while loading", entry.id)
+            self._fail_loaded(entry, f"could not load the model: {_describe(exc)}")
+            return
+        with self._lock:
+            if self._entries.get(entry.id) is not entry:
+                return  # deleted while loading
+            entry.model = model
+            entry.raw_classes = list(model.classes_)
+            entry.maps = maps
+            entry.status = "ready"
+            entry.progress = 1.0
+        log.info("model %s loaded", entry.id)
+        self._changed()
+
+    def _fail_loaded(self, entry: ModelEntry, message: str) -> None:
+        # In memory only: see the module docstring.
+        log.error("model %s: %s", entry.id, message)
+        with self._lock:
+            entry.status = "failed"
+            entry.error = message
+        self._changed()
+
+    def _max_unpacked(self) -> int:
+        return self.settings.max_upload_bytes * self.settings.max_unpacked_factor
+
+    # -- upload -----------------------------------------------------------------------
+    def register(
+        self, upload: IO[bytes], spec: ModelSpec, filename: str | None = None
+    ) -> ModelEntry:
+        """Store an uploaded model, check it, and register it as ``queued``.
+
+        Parameters
+        ----------
+        upload : binary file
+            The uploaded model file (read from its current position).
+        spec : ModelSpec
+            The parsed spec.
+        filename : str, optional
+            Client-side file name, used as the model name when the spec has none.
+
+        Raises
+        ------
+        InvalidInputError, UnsafeModelFileError, PayloadTooLargeError, UnsupportedModelError
+        """
+        model_id = uuid.uuid4().hex
+        tmp = self.root / f".tmp-{model_id}"
+        tmp.mkdir(parents=True)
+        try:
+            raw_path = tmp / "upload"
+            self._copy_upload(upload, raw_path)
+            model, fmt = modelio.load_model_file(
+                raw_path,
+                trust_pickle=self.settings.trust_pickle,
+                max_unpacked_bytes=self._max_unpacked(),
+            )
+            ens = flatten_model(model)  # UnsupportedModelError -> 422 with the engine's words
+            schema = _schema_for(spec, ens.n_features, ens.feature_names)
+            labels = [py_scalar(c) for c in model.classes_]
+            if not all(isinstance(c, str | int | float | bool) for c in labels):
+                raise InvalidInputError("class labels must be strings or numbers", "model")
+            names = _class_names(spec, labels)
+            os.replace(raw_path, tmp / modelio.FILE_NAMES[fmt])
+            ts = now()
+            entry = ModelEntry(
+                id=model_id,
+                name=spec.name or _stem(filename),
+                status="queued",
+                format=fmt,
+                model_type=type(model).__name__,
+                features=schema.to_dicts(),
+                class_labels=labels,
+                class_names=names,
+                created_at=ts,
+                updated_at=ts,
+                fingerprint=ens.fingerprint(),
+                model=model,
+                raw_classes=list(model.classes_),
+            )
+            write_json_atomic(
+                tmp / SPEC_FILE,
+                {"name": entry.name, "features": entry.features, "classes": entry.class_names},
+            )
+            write_json_atomic(tmp / STATUS_FILE, entry.persisted())
+            os.replace(tmp, self.root / model_id)
+            _fsync_dir(self.root)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        with self._lock:
+            self._entries[model_id] = entry
+        self._changed()
+        return entry
+
+    def _copy_upload(self, upload: IO[bytes], dest: Path) -> None:
+        limit = self.settings.max_upload_bytes
+        size = 0
+        with open(dest, "wb") as out:
+            while chunk := upload.read(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLargeError(
+                        f"the model file exceeds the limit of {limit} bytes", "model"
+                    )
+                out.write(chunk)
+
+    # -- status transitions (build thread) --------------------------------------------
+    def set_status(self, entry: ModelEntry, status: str, error: str | None = None) -> bool:
+        """Persist a new status; False (and nothing written) when the entry was deleted."""
+        with self._lock:
+            if entry.cancel.is_set() or self._entries.get(entry.id) is not entry:
+                return False
+            entry.status = status
+            entry.error = error
+            entry.updated_at = now()
+            self._persist(entry)
+        self._changed()
+        return True
+
+    def maps_dir(self, entry: ModelEntry) -> Path:
+        return self.root / entry.id / MAPS_DIR
+
+    def attach(self, entry: ModelEntry, maps: CounterfactualMaps) -> bool:
+        """Attach freshly built, re-loaded maps (status unchanged until :meth:`publish_ready`).
+
+        Returns False when the entry was deleted meanwhile.
+        """
+        with self._lock:
+            if entry.cancel.is_set() or self._entries.get(entry.id) is not entry:
+                return False
+            entry.maps = maps
+            entry.stats = stats_dict(maps, entry.classes)
+            entry.fingerprint = maps.fingerprint
+        return True
+
+    def publish_ready(self, entry: ModelEntry) -> bool:
+        """Persist and expose ``ready`` for an entry whose maps are attached."""
+        with self._lock:
+            if entry.cancel.is_set() or self._entries.get(entry.id) is not entry:
+                return False
+            assert entry.maps is not None
+            entry.progress = 1.0
+            entry.status = "ready"
+            entry.error = None
+            entry.updated_at = now()
+            self._persist(entry)
+        self._changed()
+        return True
+
+    def _persist(self, entry: ModelEntry) -> None:
+        d = self.root / entry.id
+        if d.is_dir():
+            write_json_atomic(d / STATUS_FILE, entry.persisted())
+
+    # -- delete -----------------------------------------------------------------------
+    def delete(self, model_id: str) -> None:
+        """Forget a model and remove its files; a running build is cancelled."""
+        with self._lock:
+            entry = self.get(model_id)
+            entry.cancel.set()
+            del self._entries[model_id]
+        # Wait for a build that is saving maps into the directory (see builds.py).
+        with entry.io_lock:
+            d = self.root / model_id
+            trash = self.root / f".trash-{model_id}"
+            if d.exists():
+                os.replace(d, trash)
+                _fsync_dir(self.root)
+                shutil.rmtree(trash, ignore_errors=True)
+        entry.model = None
+        entry.maps = None
+        self._changed()
+
+    def close(self) -> None:
+        """Signal every running build and pending load to stop (service shutdown)."""
+        with self._lock:
+            for e in self._entries.values():
+                e.cancel.set()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+
+def _describe(exc: BaseException) -> str:
+    msg = getattr(exc, "message", None) or str(exc)
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+def _stem(filename: str | None) -> str | None:
+    if not filename:
+        return None
+    name = Path(filename).name
+    return (name.rsplit(".", 1)[0] or name)[:200] or None
+
+
+def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSchema:
+    if spec.features is None:
+        names = list(model_names) if model_names is not None else None
+        return FeatureSchema.default(n_features, names)
+    if len(spec.features) != n_features:
+        raise InvalidInputError(
+            f"spec.features lists {len(spec.features)} features but the model expects {n_features}",
+            "spec.features",
+        )
+    try:
+        schema = FeatureSchema.from_dicts([f.model_dump() for f in spec.features])
+        schema.domains()  # surfaces e.g. "no integer lies in its bounds" now, not mid-build
+    except SchemaError as exc:
+        raise InvalidInputError(str(exc), "spec.features") from exc
+    return schema
+
+
+def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:
+    if spec.classes is None:
+        return None
+    if len(spec.classes) != len(labels):
+        raise InvalidInputError(
+            f"spec.classes gives {len(spec.classes)} names but the model has "
+            f"{len(labels)} classes {labels}",
+            "spec.classes",
+        )
+    if len(set(spec.classes)) != len(spec.classes):
+        raise InvalidInputError("spec.classes contains duplicate names", "spec.classes")
+    return list(spec.classes)

@@ -1,0 +1,173 @@
+"""Queries: counterfactuals and the model's own predictions."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Path
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from maps_core import Counterfactual, CounterfactualResult
+
+from ..errors import InvalidInputError
+from ..registry import ModelEntry
+from ..schemas import (
+    CounterfactualBatchOut,
+    CounterfactualOut,
+    CounterfactualRequest,
+    ErrorResponse,
+    FeatureCodec,
+    PredictBatchOut,
+    PredictionOut,
+    PredictRequest,
+    json_float,
+)
+from ..security import require_query
+from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep
+
+router = APIRouter(prefix="/v1/models", tags=["queries"], dependencies=[Depends(require_query)])
+
+ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorResponse, "description": d}
+    for s, d in {
+        401: "Missing bearer token",
+        403: "Wrong token",
+        404: "Unknown model",
+        409: "Model not ready",
+        413: "Body or batch too large",
+        422: "Invalid input (the `field` names it)",
+    }.items()
+}
+
+
+@router.post(
+    "/{model_id}/counterfactuals",
+    response_model=CounterfactualOut | CounterfactualBatchOut,
+    responses=_ERRORS,
+    summary="Exact nearest counterfactuals",
+)
+async def counterfactuals(
+    model_id: ModelId,
+    body: CounterfactualRequest,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    metrics: MetricsDep,
+) -> JSONResponse:
+    """Certified nearest inputs that the model assigns to the target class.
+
+    With ``instance`` the answer is one result object; with ``instances`` it is
+    ``{"results": [...]}`` in input order. ``norm`` defaults to the service's
+    ``CFMAPS_DEFAULT_NORM`` (``l1`` unless configured).
+    """
+    entry = registry.get_ready(model_id)
+    codec = entry.codec
+    X, single = codec.matrix(body, settings.max_batch)
+    if body.k > settings.max_k:
+        raise InvalidInputError(f"k must be at most {settings.max_k}", "k")
+    for name, values in (
+        ("weights", body.weights),
+        ("immutable", body.immutable),
+        ("direction", body.direction),
+        ("bounds", body.bounds),
+    ):
+        if values:
+            codec.names_in(list(values), name)
+    target = entry.resolve_target(body.target)
+    maps = entry.maps
+    assert maps is not None
+    # CPU-bound engine work runs in the threadpool so the event loop keeps serving.
+    results = await run_in_threadpool(
+        maps.counterfactuals,
+        X,
+        target,
+        norm=body.norm or settings.default_norm,
+        weights=body.weights,
+        immutable=body.immutable,
+        direction=body.direction,
+        bounds=None if body.bounds is None else {k: list(v) for k, v in body.bounds.items()},
+        k=body.k,
+    )
+    metrics.counterfactuals.inc(len(results))
+    out = [_result(entry, codec, X[i], r, body.k) for i, r in enumerate(results)]
+    return JSONResponse(out[0] if single else {"results": out})
+
+
+@router.post(
+    "/{model_id}/predict",
+    response_model=PredictionOut | PredictBatchOut,
+    responses=_ERRORS,
+    summary="The model's own labels and class probabilities",
+)
+async def predict(
+    model_id: ModelId, body: PredictRequest, registry: RegistryDep, settings: SettingsDep
+) -> JSONResponse:
+    """Labels and probabilities from the uploaded model itself (not from the maps)."""
+    entry = registry.get_ready(model_id)
+    X, single = entry.codec.matrix(body, settings.max_batch)
+    labels, proba = await run_in_threadpool(_predict, entry.model, X)
+    names = [str(c) for c in entry.classes]
+    out = [
+        {
+            "prediction": entry.display(labels[i]),
+            "probabilities": {n: float(p) for n, p in zip(names, proba[i], strict=True)},
+        }
+        for i in range(X.shape[0])
+    ]
+    return JSONResponse(out[0] if single else {"results": out})
+
+
+def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return model.predict(X), model.predict_proba(X)
+
+
+def _counterfactual(
+    entry: ModelEntry, codec: FeatureCodec, q: np.ndarray, cf: Counterfactual
+) -> dict[str, Any]:
+    x = np.asarray(cf.x, dtype=np.float64)
+    return {
+        "counterfactual": codec.point(x),
+        "changes": codec.changes(q, x),
+        "distance": json_float(cf.distance),
+        "counterfactual_distance": json_float(cf.counterfactual_distance),
+        "region": codec.region(cf.region),
+    }
+
+
+def _result(
+    entry: ModelEntry, codec: FeatureCodec, q: np.ndarray, res: CounterfactualResult, k: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prediction": entry.display(res.prediction),
+        "target": entry.display(res.target),
+        "feasible": bool(res.feasible),
+        "reason": res.reason,
+    }
+    best = res.best
+    if best is not None:
+        out.update(_counterfactual(entry, codec, q, best))
+    else:
+        out.update(
+            counterfactual=None,
+            changes=None,
+            distance=None,
+            counterfactual_distance=None,
+            region=None,
+        )
+    # The engine certifies its answer (including "infeasible"): exact by construction.
+    out["optimal"] = True
+    s = res.stats
+    out["stats"] = {
+        "nodes_popped": int(s.nodes_popped),
+        "rectangles_evaluated": int(s.rectangles_evaluated),
+        "regions_refined": int(s.regions_refined),
+        "seconds": float(s.seconds),
+    }
+    if k > 1:
+        out["alternatives"] = [
+            {"target": entry.display(c.target), **_counterfactual(entry, codec, q, c)}
+            for c in res.counterfactuals[1:]
+        ]
+    return out

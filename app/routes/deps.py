@@ -1,0 +1,41 @@
+"""Dependency aliases shared by the routers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from ..builds import BuildManager
+from ..metrics import Metrics
+from ..registry import Registry
+from ..settings import Settings
+
+
+def _registry(request: Request) -> Registry:
+    reg: Registry = request.app.state.registry
+    return reg
+
+
+def _settings(request: Request) -> Settings:
+    s: Settings = request.app.state.settings
+    return s
+
+
+def _builds(request: Request) -> BuildManager:
+    b: BuildManager = request.app.state.builds
+    return b
+
+
+def _metrics(request: Request) -> Metrics:
+    m: Metrics = request.app.state.metrics
+    return m
+
+
+RegistryDep = Annotated[Registry, Depends(_registry)]
+SettingsDep = Annotated[Settings, Depends(_settings)]
+BuildsDep = Annotated[BuildManager, Depends(_builds)]
+MetricsDep = Annotated[Metrics, Depends(_metrics)]
+
+#: Path parameter documentation shared by the model routes.
+MODEL_ID_DOC = "Model id as returned by POST /v1/models."

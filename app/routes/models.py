@@ -1,0 +1,97 @@
+"""Model management: upload (and build), describe, list, delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, File, Form, Path, UploadFile
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile as StarletteUploadFile
+
+from ..errors import InvalidInputError
+from ..schemas import ErrorResponse, ModelInfo, ModelList, parse_spec
+from ..security import require_admin, require_query
+from .deps import MODEL_ID_DOC, BuildsDep, RegistryDep
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorResponse, "description": "Missing bearer token"},
+    403: {"model": ErrorResponse, "description": "Wrong token or non-loopback client"},
+}
+ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
+
+_SPEC_DOC = (
+    'JSON: {"name": str, "features": [{name, type: continuous|integer|binary|categorical, '
+    "lower, upper, group, mutable, direction: any|increase|decrease, weight}], "
+    '"classes": [display names]}. Sent as a text field or as a file.'
+)
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=ModelInfo,
+    dependencies=[Depends(require_admin)],
+    responses={**_ERRORS, 413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    summary="Upload a model and build its counterfactual maps",
+)
+async def create_model(
+    registry: RegistryDep,
+    builds: BuildsDep,
+    model: Annotated[UploadFile, File(description="skops file (pickle/joblib if trusted)")],
+    spec: Annotated[str | UploadFile | None, Form(description=_SPEC_DOC)] = None,
+) -> JSONResponse:
+    """Store the model, check that it is a supported classifier, queue the build (202).
+
+    Poll ``GET /v1/models/{id}`` until ``status`` is ``ready`` (or ``failed``).
+    """
+    if not isinstance(model, StarletteUploadFile):  # a text field named "model"
+        raise InvalidInputError("'model' must be a file part", "model")
+    if isinstance(spec, StarletteUploadFile):
+        spec_text: str | bytes | None = await spec.read()
+    else:
+        spec_text = spec
+    parsed = parse_spec(spec_text)
+    # Reading and loading the file is blocking, CPU-bound work: keep it off the event loop.
+    entry = await run_in_threadpool(registry.register, model.file, parsed, model.filename)
+    builds.submit(entry)
+    return JSONResponse(
+        entry.info(), status_code=202, headers={"Location": f"/v1/models/{entry.id}"}
+    )
+
+
+@router.get(
+    "",
+    response_model=ModelList,
+    dependencies=[Depends(require_query)],
+    summary="List models",
+)
+def list_models(registry: RegistryDep) -> JSONResponse:
+    return JSONResponse({"models": [e.info() for e in registry.list()]})
+
+
+@router.get(
+    "/{model_id}",
+    response_model=ModelInfo,
+    dependencies=[Depends(require_query)],
+    responses={404: {"model": ErrorResponse}},
+    summary="Status, progress, schema, classes and build statistics of a model",
+)
+def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
+    return JSONResponse(registry.get(model_id).info())
+
+
+@router.delete(
+    "/{model_id}",
+    status_code=204,
+    dependencies=[Depends(require_admin)],
+    responses={**_ERRORS, 404: {"model": ErrorResponse}},
+    summary="Delete a model (a running build is cancelled)",
+)
+def delete_model(model_id: ModelId, registry: RegistryDep) -> Response:
+    # A plain ``def``: FastAPI runs it in the threadpool, since it may wait for a build to
+    # finish writing its files.
+    registry.delete(model_id)
+    return Response(status_code=204)

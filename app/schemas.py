@@ -1,0 +1,388 @@
+"""Request and response shapes, and the conversions between JSON and engine arrays.
+
+Request bodies are validated by pydantic (unknown keys are refused, so a typo such as
+``"instace"`` answers 422 instead of being silently ignored). Feature values are checked by
+:class:`FeatureCodec` rather than by pydantic so that an error names the exact feature
+(``instances.3.age``) and so that large batches stay cheap to parse.
+
+Response models exist for the OpenAPI document; the routes build plain dicts (faster than
+validating every response) that follow them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import ValidationError as PydanticValidationError
+
+from .errors import InvalidInputError, PayloadTooLargeError
+
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Weight = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
+Norm = Literal["l1", "l2", "linf"]
+Direction = Literal["any", "increase", "decrease"]
+ClassLabel = StrictStr | StrictInt | StrictFloat | StrictBool
+Instance = Annotated[
+    dict[str, Any] | list[Any],
+    Field(
+        description="Feature values: an object keyed by feature name, or a list in feature "
+        "order. Numbers only; NaN and infinities are refused.",
+        json_schema_extra={"examples": [{"x0": 0.5, "x1": -1.2}, [0.5, -1.2]]},
+    ),
+]
+
+
+# -- requests -----------------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FeatureSpec(_Strict):
+    """One feature of an upload spec (see :class:`maps_core.Feature`)."""
+
+    name: StrictStr
+    type: Literal["continuous", "integer", "binary", "categorical"] = "continuous"
+    lower: FiniteFloat | None = None
+    upper: FiniteFloat | None = None
+    group: StrictStr | None = None
+    mutable: StrictBool = True
+    direction: Direction = "any"
+    weight: Weight | None = None
+
+
+class ModelSpec(_Strict):
+    """The optional ``spec`` part of an upload."""
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    features: list[FeatureSpec] | None = Field(
+        default=None,
+        description="One entry per model input, in column order. Default: x0..x{m-1} "
+        "(or the model's feature_names_in_), continuous, unbounded.",
+    )
+    classes: list[Annotated[StrictStr, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, description="Display names, one per class of the model's classes_, in order."
+    )
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not allowed")
+
+
+def parse_spec(text: str | bytes | None) -> ModelSpec:
+    """Parse the ``spec`` form field (JSON text). Empty or missing: an empty spec.
+
+    Raises
+    ------
+    InvalidInputError
+        With ``field`` ``spec`` or ``spec.<path>``.
+    """
+    if text is None:
+        return ModelSpec()
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError("spec must be UTF-8 JSON text", "spec") from exc
+    if not text.strip():
+        return ModelSpec()
+    try:
+        raw = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInputError(f"spec is not valid JSON: {exc}", "spec") from exc
+    if not isinstance(raw, dict):
+        raise InvalidInputError("spec must be a JSON object", "spec")
+    try:
+        return ModelSpec.model_validate(raw)
+    except PydanticValidationError as exc:
+        err = exc.errors()[0]
+        path = ".".join(str(p) for p in err["loc"])
+        field = f"spec.{path}" if path else "spec"
+        raise InvalidInputError(f"{field}: {err['msg']}", field) from exc
+
+
+class _InstancesRequest(_Strict):
+    instance: Instance | None = None
+    instances: list[Instance] | None = Field(
+        default=None, description="A batch; results come back in the same order."
+    )
+
+
+class CounterfactualRequest(_InstancesRequest):
+    """Body of ``POST /v1/models/{id}/counterfactuals``."""
+
+    target: ClassLabel | None = Field(
+        default=None,
+        description="Desired class: a label of the model's classes_ or a display name from "
+        "the spec. Omitted: the nearest class other than the prediction.",
+    )
+    norm: Norm | None = Field(default=None, description="Distance; default l1 (sparse changes).")
+    weights: dict[str, Weight] | None = Field(
+        default=None,
+        description="Cost per unit of change, by feature name (default from the spec).",
+    )
+    immutable: list[StrictStr] | None = Field(
+        default=None, description="Features that must not change."
+    )
+    direction: dict[str, Direction] | None = Field(
+        default=None, description="Allowed direction of change, by feature name."
+    )
+    bounds: dict[str, tuple[FiniteFloat | None, FiniteFloat | None]] | None = Field(
+        default=None,
+        description="[lower, upper] (null: unbounded) the counterfactual must respect.",
+    )
+    k: StrictInt = Field(
+        default=1,
+        ge=1,
+        description="Counterfactuals per instance, from distinct "
+        "regions; the extra ones come back as `alternatives`.",
+    )
+
+
+class PredictRequest(_InstancesRequest):
+    """Body of ``POST /v1/models/{id}/predict``."""
+
+
+# -- responses (documentation) ------------------------------------------------------------
+class ErrorResponse(BaseModel):
+    error: str
+    message: str
+    field: str | None = None
+    details: list[dict[str, Any]] | None = None
+
+
+class Change(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    from_: float | int = Field(alias="from")
+    to: float | int
+
+
+class Interval(BaseModel):
+    lower: float | int | None
+    upper: float | int | None
+    lower_closed: bool
+    upper_closed: bool
+
+
+class QueryStatsOut(BaseModel):
+    nodes_popped: int
+    rectangles_evaluated: int
+    regions_refined: int
+    seconds: float
+
+
+class AlternativeOut(BaseModel):
+    target: Any
+    counterfactual: dict[str, float | int]
+    changes: dict[str, Change]
+    distance: float
+    counterfactual_distance: float
+    region: dict[str, Interval]
+
+
+class CounterfactualOut(BaseModel):
+    prediction: Any
+    target: Any
+    feasible: bool
+    reason: str | None
+    counterfactual: dict[str, float | int] | None
+    changes: dict[str, Change] | None
+    distance: float | None = Field(description="Certified optimal distance.")
+    counterfactual_distance: float | None
+    region: dict[str, Interval] | None
+    optimal: bool
+    stats: QueryStatsOut
+    alternatives: list[AlternativeOut] | None = None
+
+
+class CounterfactualBatchOut(BaseModel):
+    results: list[CounterfactualOut]
+
+
+class PredictionOut(BaseModel):
+    prediction: Any
+    probabilities: dict[str, float]
+
+
+class PredictBatchOut(BaseModel):
+    results: list[PredictionOut]
+
+
+class ModelInfo(BaseModel):
+    id: str
+    name: str | None
+    status: Literal["queued", "building", "loading", "ready", "failed"]
+    progress: float
+    error: str | None
+    created_at: str
+    updated_at: str
+    format: str
+    model_type: str
+    features: list[dict[str, Any]]
+    classes: list[Any]
+    class_labels: list[Any]
+    stats: dict[str, Any] | None
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+# -- conversions --------------------------------------------------------------------------
+def py_scalar(v: Any) -> Any:
+    """numpy scalar -> Python scalar; other values unchanged."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def json_float(v: float) -> float | None:
+    """A float for JSON: None for non-finite values (JSON has no infinities)."""
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _is_number(v: Any) -> bool:
+    # bool is an int subclass but not a number here; huge ints are caught at conversion.
+    return type(v) is int or (type(v) is float and math.isfinite(v))
+
+
+_MISSING: Any = object()
+
+
+class FeatureCodec:
+    """Converts one model's instances between JSON and arrays.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Feature names in column order.
+    integral : sequence of bool
+        True for integer/binary/categorical features, whose values are written as JSON
+        integers.
+    """
+
+    def __init__(self, names: Sequence[str], integral: Sequence[bool]) -> None:
+        self.names = list(names)
+        self.index = {n: j for j, n in enumerate(self.names)}
+        self.integral = [bool(b) for b in integral]
+        self.m = len(self.names)
+
+    # JSON -> array
+    def matrix(self, req: _InstancesRequest, max_batch: int) -> tuple[np.ndarray, bool]:
+        """Instances of a request as an array of shape (n, n_features).
+
+        Returns
+        -------
+        X : ndarray of float64
+        single : bool
+            True when the request used ``instance`` (answer with one object).
+
+        Raises
+        ------
+        InvalidInputError, PayloadTooLargeError
+        """
+        if (req.instance is None) == (req.instances is None):
+            raise InvalidInputError("give exactly one of 'instance' or 'instances'", "instance")
+        if req.instance is not None:
+            return self.row(req.instance, "instance")[None, :], True
+        assert req.instances is not None
+        if not req.instances:
+            raise InvalidInputError("'instances' must not be empty", "instances")
+        if len(req.instances) > max_batch:
+            raise PayloadTooLargeError(
+                f"{len(req.instances)} instances exceed the limit of {max_batch} per request",
+                "instances",
+            )
+        X = np.empty((len(req.instances), self.m), dtype=np.float64)
+        for i, inst in enumerate(req.instances):
+            X[i] = self.row(inst, f"instances.{i}")
+        return X, False
+
+    def row(self, inst: dict[str, Any] | list[Any], where: str) -> np.ndarray:
+        """One instance (object or list) as a float64 array of shape (n_features,)."""
+        if isinstance(inst, dict):
+            values: list[Any] = [_MISSING] * self.m
+            for key, v in inst.items():
+                j = self.index.get(key)
+                if j is None:
+                    raise InvalidInputError(
+                        f"unknown feature {key!r}; features are {self.names}", f"{where}.{key}"
+                    )
+                values[j] = v
+            for j, v in enumerate(values):
+                if v is _MISSING:
+                    name = self.names[j]
+                    raise InvalidInputError(f"feature {name!r} is missing", f"{where}.{name}")
+        else:
+            if len(inst) != self.m:
+                raise InvalidInputError(f"expected {self.m} feature values, got {len(inst)}", where)
+            values = inst
+        for j, v in enumerate(values):
+            if not _is_number(v):
+                name = self.names[j]
+                raise InvalidInputError(
+                    f"feature {name!r} must be a finite number, got {_short(v)}",
+                    f"{where}.{name}",
+                )
+        try:
+            return np.array(values, dtype=np.float64)
+        except OverflowError:
+            for j, v in enumerate(values):
+                try:
+                    float(v)
+                except OverflowError:
+                    name = self.names[j]
+                    raise InvalidInputError(
+                        f"feature {name!r} is too large", f"{where}.{name}"
+                    ) from None
+            raise
+
+    def names_in(self, names: Sequence[str], where: str) -> None:
+        """Check that every name is a feature (for weights, immutable, ...)."""
+        for n in names:
+            if n not in self.index:
+                raise InvalidInputError(
+                    f"unknown feature {n!r}; features are {self.names}", f"{where}.{n}"
+                )
+
+    # array -> JSON
+    def value(self, j: int, v: float) -> float | int | None:
+        """One feature value for JSON: an int for integral features, None if infinite."""
+        f = float(v)
+        if not math.isfinite(f):
+            return None
+        if self.integral[j] and f.is_integer():
+            return int(f)
+        return f
+
+    def point(self, x: np.ndarray) -> dict[str, float | int | None]:
+        return {n: self.value(j, x[j]) for j, n in enumerate(self.names)}
+
+    def changes(self, q: np.ndarray, x: np.ndarray) -> dict[str, dict[str, Any]]:
+        """Only the features whose value differs between the query and the answer."""
+        out = {}
+        for j in np.flatnonzero(q != x).tolist():
+            out[self.names[j]] = {"from": self.value(j, q[j]), "to": self.value(j, x[j])}
+        return out
+
+    def region(self, region: Any) -> dict[str, dict[str, Any]]:
+        """A :class:`maps_core.Region` as an object keyed by feature name."""
+        lo, hi = region.lower, region.upper
+        lc, uc = region.lower_closed, region.upper_closed
+        return {
+            n: {
+                "lower": self.value(j, lo[j]),
+                "upper": self.value(j, hi[j]),
+                "lower_closed": bool(lc[j]),
+                "upper_closed": bool(uc[j]),
+            }
+            for j, n in enumerate(self.names)
+        }
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v) if isinstance(v, str | bool | type(None)) else repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,107 @@
+"""Service configuration, read from ``CFMAPS_*`` environment variables.
+
+Every field can be set as ``CFMAPS_<FIELD>`` (for example ``CFMAPS_DATA_DIR=/srv/cfmaps``)
+or passed explicitly to :class:`Settings` (tests do that).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """cfmaps service settings.
+
+    Attributes
+    ----------
+    data_dir : Path
+        Where uploaded models, their specs and their maps persist (``models/<id>/``).
+    admin_token : SecretStr or None
+        Bearer token for model management (``POST``/``DELETE /v1/models``). Unset: only
+        loopback clients (127.0.0.0/8, ::1) may manage models.
+    api_tokens : list of str
+        Bearer tokens accepted by the query routes (comma-separated in the environment).
+        Empty: the query routes are open. The admin token is always accepted too.
+    trust_pickle : bool
+        Accept pickle/joblib model files. Loading them runs arbitrary code, so only enable
+        this when every admin-token holder is trusted with code execution on the server.
+    max_body_bytes : int
+        Largest JSON request body (413 above).
+    max_batch : int
+        Most instances per counterfactual or predict request (413 above).
+    max_upload_bytes : int
+        Largest model upload (413 above). A skops file's uncompressed size is also capped at
+        ``max_unpacked_factor`` times this, against zip bombs.
+    max_k : int
+        Most counterfactuals per instance a query may ask for.
+    build_workers : int
+        Builds that run at the same time; more wait in a queue (status ``queued``).
+    build_jobs : int or None
+        Threads used inside one build. Default: all cores but one, so that queries keep a
+        core while a build runs.
+    build_max_seconds, build_max_rectangles : optional
+        Extraction budgets. When one runs out, the unresolved regions are kept as *mixed*
+        boxes that queries refine on demand, so answers stay exact (the build never fails
+        for budget reasons).
+    default_norm : {"l1", "l2", "linf"}
+        Norm used when a query names none. L1 is the default because it favours sparse
+        changes (few features moved), which is what people asking "what should I change?"
+        usually want.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CFMAPS_", extra="ignore")
+
+    data_dir: Path = Path("./data")
+    admin_token: SecretStr | None = None
+    api_tokens: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    trust_pickle: bool = False
+    max_body_bytes: int = Field(default=4 * MiB, gt=0)
+    max_batch: int = Field(default=1000, gt=0)
+    max_upload_bytes: int = Field(default=256 * MiB, gt=0)
+    max_unpacked_factor: int = Field(default=20, gt=0)
+    max_k: int = Field(default=100, gt=0)
+    build_workers: int = Field(default=1, gt=0)
+    build_jobs: int | None = Field(default=None, gt=0)
+    build_max_seconds: float | None = Field(default=None, gt=0)
+    build_max_rectangles: int | None = Field(default=None, gt=0)
+    default_norm: Literal["l1", "l2", "linf"] = "l1"
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, v: object) -> object:
+        # The environment carries one comma-separated string; blanks are dropped so that
+        # "a, b," means ["a", "b"].
+        if isinstance(v, str):
+            return [t.strip() for t in v.split(",") if t.strip()]
+        return v
+
+    @field_validator("admin_token", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, v: object) -> object:
+        # CFMAPS_ADMIN_TOKEN="" (common in compose files) means "not configured", not
+        # "the empty string is the token".
+        if isinstance(v, str) and not v.strip():
+            return None
+        return v
+
+    @property
+    def admin_secret(self) -> str | None:
+        """The admin token in clear, or None."""
+        return self.admin_token.get_secret_value() if self.admin_token else None
+
+    @property
+    def models_dir(self) -> Path:
+        return self.data_dir / "models"
+
+    def effective_build_jobs(self) -> int:
+        """Threads per build: the setting, else all cores but one (at least one)."""
+        if self.build_jobs:
+            return self.build_jobs
+        return max(1, (os.cpu_count() or 2) - 1)

@@ -1,0 +1,120 @@
+"""Helpers shared by the service tests (imported as a plain module: tests/app has no
+``__init__.py``, which would shadow the ``app`` package)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import skops.io as sio
+
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+LOCAL = ("127.0.0.1", 50000)
+REMOTE = ("203.0.113.7", 50000)
+
+
+@dataclass
+class Fitted:
+    """A fitted model with its data."""
+
+    model: Any
+    X: np.ndarray
+    y: np.ndarray
+
+    @property
+    def skops(self) -> bytes:
+        return sio.dumps(self.model)
+
+
+GB3_SPEC = {
+    "name": "grades",
+    "features": [
+        {"name": "income", "type": "integer", "lower": 0, "upper": 100},
+        {"name": "late", "type": "binary"},
+        {"name": "score", "type": "continuous", "lower": -5, "upper": 5},
+        {"name": "age", "type": "integer", "lower": 18, "upper": 100, "mutable": False},
+    ],
+    # gb3.model.classes_ is sorted: ["high", "low", "mid"]
+    "classes": ["High risk", "Low risk", "Medium risk"],
+}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+def wait_ready(client: TestClient) -> dict[str, Any]:
+    """Wait for /readyz to answer 200 (start-up load done)."""
+    out: dict[str, Any] = {}
+
+    def ok() -> bool:
+        r = client.get("/readyz")
+        out.update(r.json())
+        return r.status_code == 200
+
+    wait_until(ok)
+    return out
+
+
+def wait_built(
+    client: TestClient, model_id: str, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Poll GET /v1/models/{id} until ready or failed; returns the last body."""
+    body: dict[str, Any] = {}
+
+    def done() -> bool:
+        body.update(client.get(f"/v1/models/{model_id}", headers=headers).json())
+        return body["status"] in ("ready", "failed")
+
+    wait_until(done)
+    return body
+
+
+def upload(
+    client: TestClient,
+    model: bytes,
+    spec: dict[str, Any] | str | None = None,
+    headers: dict[str, str] | None = None,
+    filename: str = "model.skops",
+) -> Any:
+    data = None
+    if spec is not None:
+        data = {"spec": spec if isinstance(spec, str) else json.dumps(spec)}
+    return client.post("/v1/models", files={"model": (filename, model)}, data=data, headers=headers)
+
+
+class Service:
+    """A running app (lifespan entered) with a loopback TestClient."""
+
+    def __init__(self, client: TestClient, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    @property
+    def app(self) -> Any:
+        return self.client.app
+
+    def add(
+        self,
+        model: bytes,
+        spec: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> str:
+        """Upload, wait for the build, return the id (asserting it became ready)."""
+        r = upload(self.client, model, spec, headers=headers)
+        assert r.status_code == 202, r.text
+        body = wait_built(self.client, r.json()["id"], headers=headers)
+        assert body["status"] == "ready", body
+        return str(body["id"])

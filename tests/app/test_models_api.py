@@ -1,0 +1,305 @@
+"""Model management routes: upload, describe, list, delete, and their errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import skops.io as sio
+from sklearn.ensemble import RandomForestRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from svc_helpers import GB3_SPEC, Fitted, Service, upload, wait_built, wait_until
+
+from maps_core import BudgetExceededError, CounterfactualMaps
+
+
+def test_upload_build_describe_list_delete(service: Service, rf: Fitted) -> None:
+    c = service.client
+    r = upload(c, rf.skops, {"name": "forest"})
+    assert r.status_code == 202
+    body = r.json()
+    model_id = body["id"]
+    assert body["status"] in ("queued", "building", "ready")
+    assert r.headers["location"] == f"/v1/models/{model_id}"
+    assert body["name"] == "forest"
+    assert body["format"] == "skops"
+    assert body["model_type"] == "RandomForestClassifier"
+
+    info = wait_built(c, model_id)
+    assert info["status"] == "ready"
+    assert info["progress"] == 1.0
+    assert info["error"] is None
+    assert [f["name"] for f in info["features"]] == ["x0", "x1", "x2", "x3", "x4"]
+    assert all(f["type"] == "continuous" for f in info["features"])
+    assert info["classes"] == [0, 1] and info["class_labels"] == [0, 1]
+    stats = info["stats"]
+    assert stats["rectangles"] == sum(stats["rectangles_per_class"].values()) > 0
+    assert set(stats["rectangles_per_class"]) == {"0", "1"}
+    assert stats["bytes_on_disk"] > 0 and stats["seconds"] > 0
+
+    listed = c.get("/v1/models").json()["models"]
+    assert [m["id"] for m in listed] == [model_id]
+
+    model_dir = service.settings.models_dir / model_id
+    assert {p.name for p in model_dir.iterdir()} >= {
+        "model.skops",
+        "spec.json",
+        "status.json",
+        "maps",
+    }
+    assert json.loads((model_dir / "status.json").read_text())["status"] == "ready"
+
+    r = c.delete(f"/v1/models/{model_id}")
+    assert r.status_code == 204
+    assert not model_dir.exists()
+    assert c.get(f"/v1/models/{model_id}").status_code == 404
+    assert c.get("/v1/models").json() == {"models": []}
+    assert c.delete(f"/v1/models/{model_id}").status_code == 404
+
+
+def test_spec_with_types_and_display_names(service: Service, gb3: Fitted) -> None:
+    model_id = service.add(gb3.skops, GB3_SPEC)
+    info = service.client.get(f"/v1/models/{model_id}").json()
+    assert info["name"] == "grades"
+    assert info["classes"] == GB3_SPEC["classes"]
+    assert info["class_labels"] == ["high", "low", "mid"]
+    assert [f["type"] for f in info["features"]] == ["integer", "binary", "continuous", "integer"]
+    assert info["features"][3]["mutable"] is False
+    assert set(info["stats"]["rectangles_per_class"]) == set(GB3_SPEC["classes"])
+
+
+def test_spec_as_file_part_and_name_from_filename(service: Service, rf: Fitted) -> None:
+    c = service.client
+    r = c.post(
+        "/v1/models",
+        files={
+            "model": ("credit.skops", rf.skops),
+            "spec": ("spec.json", b'{"classes": ["no", "yes"]}'),
+        },
+    )
+    assert r.status_code == 202, r.text
+    assert r.json()["name"] == "credit"
+    assert r.json()["classes"] == ["no", "yes"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ("{not json", "spec"),
+        ("[1, 2]", "spec"),
+        ('{"nmae": "typo"}', "spec.nmae"),
+        ('{"features": [{"name": "a"}]}', "spec.features"),
+        ('{"features": "x0"}', "spec.features"),
+        ('{"classes": ["only-one"]}', "spec.classes"),
+        ('{"classes": ["a", "a"]}', "spec.classes"),
+        ('{"classes": [1, 2]}', "spec.classes.0"),
+        ('{"name": 5}', "spec.name"),
+        (
+            '{"features": [{"name": "a", "lower": NaN}, {"name": "b"}, {"name": "c"}, '
+            '{"name": "d"}, {"name": "e"}]}',
+            "spec",
+        ),
+        (
+            '{"features": [{"name": "a", "type": "ordinal"}, {"name": "b"}, {"name": "c"}, '
+            '{"name": "d"}, {"name": "e"}]}',
+            "spec.features.0.type",
+        ),
+        (
+            '{"features": [{"name": "a", "lower": 3, "upper": 1}, {"name": "b"}, {"name": "c"}, '
+            '{"name": "d"}, {"name": "e"}]}',
+            "spec.features",
+        ),
+        (
+            '{"features": [{"name": "a"}, {"name": "a"}, {"name": "c"}, '
+            '{"name": "d"}, {"name": "e"}]}',
+            "spec.features",
+        ),
+        (
+            '{"features": [{"name": "a", "type": "categorical"}, {"name": "b"}, {"name": "c"}, '
+            '{"name": "d"}, {"name": "e"}]}',
+            "spec.features",
+        ),
+        (
+            '{"features": [{"name": "a", "type": "integer", "lower": 0.2, "upper": 0.8}, '
+            '{"name": "b"}, {"name": "c"}, {"name": "d"}, {"name": "e"}]}',
+            "spec.features",
+        ),
+    ],
+)
+def test_malformed_spec_is_422(service: Service, rf: Fitted, spec: str, field: str) -> None:
+    r = upload(service.client, rf.skops, spec)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field, r.json()
+    assert r.json()["message"]
+    assert list((service.settings.models_dir).iterdir()) == []  # nothing left behind
+
+
+def test_unsupported_models_are_422_with_the_engines_message(service: Service, rf: Fitted) -> None:
+    reg = RandomForestRegressor(3, max_depth=2, random_state=0).fit(rf.X, rf.y.astype(float))
+    r = upload(service.client, sio.dumps(reg))
+    assert r.status_code == 422
+    assert r.json()["error"] == "unsupported_model"
+    assert "RandomForestRegressor" in r.json()["message"]
+
+    pipe = make_pipeline(StandardScaler(), rf.model)
+    r = upload(service.client, sio.dumps(pipe))
+    assert r.status_code == 422
+    assert "Pipeline" in r.json()["message"]
+
+    r = upload(service.client, sio.dumps({"not": "a model"}))
+    assert r.status_code == 422
+    assert r.json()["field"] is None or r.json()["field"] == "model"
+
+
+def test_pickle_refused_unless_trusted(service_factory: Any, rf: Fitted) -> None:
+    blob = pickle.dumps(rf.model)
+    with service_factory() as svc:
+        r = upload(svc.client, blob, filename="model.skops")  # the name does not fool it
+        assert r.status_code == 422
+        body = r.json()
+        assert body["error"] == "unsafe_model_file" and body["field"] == "model"
+        assert 'skops.io.dump(model, "model.skops")' in body["message"]
+        assert "CFMAPS_TRUST_PICKLE" in body["message"]
+    with service_factory(data_dir=svc.settings.data_dir / "trusted", trust_pickle=True) as svc2:
+        model_id = svc2.add(blob)
+        assert svc2.client.get(f"/v1/models/{model_id}").json()["format"] == "pickle"
+        assert (svc2.settings.models_dir / model_id / "model.pkl").exists()
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        b"",
+        b"hello world, not a model",
+        b"PK\x03\x04garbage",
+        b"\x80\x04garbage" * 3,
+        b"\x00" * 1000,
+    ],
+)
+def test_garbage_model_files_are_422(service_factory: Any, blob: bytes) -> None:
+    with service_factory(trust_pickle=True) as svc:
+        r = upload(svc.client, blob)
+        assert r.status_code == 422, r.text
+        assert r.json()["field"] == "model"
+
+
+def test_missing_or_textual_model_part_is_422(service: Service) -> None:
+    c = service.client
+    r = c.post("/v1/models", data={"spec": "{}"}, files={"other": ("x", b"x")})
+    assert r.status_code == 422 and r.json()["field"] == "model"
+    r = c.post("/v1/models", data={"model": "not a file"}, files={"other": ("x", b"x")})
+    assert r.status_code == 422 and r.json()["field"] == "model"
+    r = c.post("/v1/models", json={"model": "x"})
+    assert r.status_code == 422
+
+
+def test_upload_too_large_is_413(service_factory: Any, rf: Fitted) -> None:
+    blob = rf.skops
+    with service_factory(max_upload_bytes=len(blob) // 2) as svc:
+        r = upload(svc.client, blob)
+        assert r.status_code == 413
+        assert r.json()["error"] == "payload_too_large"
+        assert r.json()["field"] == "model"
+        assert list(svc.settings.models_dir.iterdir()) == []
+
+
+def test_unknown_model_is_404(service: Service) -> None:
+    c = service.client
+    for r in (
+        c.get("/v1/models/nope"),
+        c.delete("/v1/models/nope"),
+        c.post("/v1/models/nope/counterfactuals", json={"instance": [0, 0]}),
+        c.post("/v1/models/nope/predict", json={"instances": [[0, 0]]}),
+        c.get("/v1/models/" + "a" * 5000),
+    ):
+        assert r.status_code == 404, r.text
+        assert r.json()["error"] == "model_not_found"
+        assert r.json()["field"] == "model_id"
+
+
+@pytest.fixture
+def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Hold every build until the event is set (after reporting progress 0.5)."""
+    release = threading.Event()
+    real = CounterfactualMaps.build.__func__  # type: ignore[attr-defined]
+
+    def held(cls: Any, model: Any, schema: Any = None, **kw: Any) -> Any:
+        kw["progress"](0.5)
+        assert release.wait(30)
+        kw["progress"](0.6)  # raises when the build was cancelled meanwhile
+        return real(cls, model, schema, **kw)
+
+    monkeypatch.setattr(CounterfactualMaps, "build", classmethod(held))
+    yield release
+    release.set()
+
+
+def test_not_ready_is_409_and_progress_is_reported(
+    service: Service, rf: Fitted, gate: threading.Event
+) -> None:
+    c = service.client
+    model_id = upload(c, rf.skops).json()["id"]
+    wait_until(lambda: c.get(f"/v1/models/{model_id}").json()["progress"] > 0)
+    info = c.get(f"/v1/models/{model_id}").json()
+    assert info["status"] == "building"
+    assert 0 < info["progress"] < 1
+    on_disk = json.loads((service.settings.models_dir / model_id / "status.json").read_text())
+    assert on_disk["status"] == "building"
+
+    for path in ("counterfactuals", "predict"):
+        r = c.post(f"/v1/models/{model_id}/{path}", json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 409
+        assert r.json()["error"] == "model_not_ready"
+        assert r.headers["retry-after"] == "1"
+
+    # A second upload waits in the queue (one build worker) and reports "queued".
+    second = upload(c, rf.skops).json()["id"]
+    assert c.get(f"/v1/models/{second}").json()["status"] == "queued"
+
+    gate.set()
+    assert wait_built(c, model_id)["status"] == "ready"
+    assert wait_built(c, second)["status"] == "ready"
+
+
+def test_delete_cancels_a_running_build(
+    service: Service, rf: Fitted, gate: threading.Event
+) -> None:
+    c = service.client
+    model_id = upload(c, rf.skops).json()["id"]
+    wait_until(lambda: c.get(f"/v1/models/{model_id}").json()["status"] == "building")
+    assert c.delete(f"/v1/models/{model_id}").status_code == 204
+    gate.set()
+    service.app.state.builds.wait(timeout=30)
+    assert not (service.settings.models_dir / model_id).exists()
+    assert c.get(f"/v1/models/{model_id}").status_code == 404
+    assert 'cfmaps_builds_total{outcome="cancelled"} 1.0' in c.get("/metrics").text
+
+
+def test_failed_build_reports_the_error(
+    service: Service, rf: Fitted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(cls: Any, *a: Any, **kw: Any) -> Any:
+        raise BudgetExceededError("rectangle budget of 10 exhausted")
+
+    monkeypatch.setattr(CounterfactualMaps, "build", classmethod(boom))
+    c = service.client
+    info = wait_built(c, upload(c, rf.skops).json()["id"])
+    assert info["status"] == "failed"
+    assert "rectangle budget of 10 exhausted" in info["error"]
+    r = c.post(f"/v1/models/{info['id']}/counterfactuals", json={"instance": rf.X[0].tolist()})
+    assert r.status_code == 409
+    assert "rectangle budget" in r.json()["message"]
+
+    def bug(cls: Any, *a: Any, **kw: Any) -> Any:
+        raise ZeroDivisionError("oops")
+
+    monkeypatch.setattr(CounterfactualMaps, "build", classmethod(bug))
+    info = wait_built(c, upload(c, rf.skops).json()["id"])
+    assert info["status"] == "failed"
+    assert "internal error" in info["error"] and "ZeroDivisionError" in info["error"]
+    assert 'cfmaps_builds_total{outcome="failed"} 2.0' in c.get("/metrics").text
