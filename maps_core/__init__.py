@@ -16,6 +16,7 @@ Examples
 
 from .adapters import flatten_model
 from .ensemble import FlatEnsemble
+from .data import Dataset, load_csv
 from .exceptions import (
     ArtifactError,
     ArtifactNotFoundError,
@@ -37,6 +38,7 @@ __all__ = [
     "BudgetExceededError",
     "BuildStats",
     "Counterfactual",
+    "Dataset",
     "CounterfactualMaps",
     "CounterfactualResult",
     "CorruptArtifactError",
@@ -52,5 +54,6 @@ __all__ = [
     "UnsupportedModelError",
     "build_maps",
     "flatten_model",
+    "load_csv",
     "load_maps",
 ]

@@ -263,6 +263,7 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
                 single = False
         a, marg = _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf)
         label = -3
+        best_t = -1
         if single:
             counters[C_CELLS] += 1
             label = a if marg > tol else -2
@@ -342,6 +343,12 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
                         best_gain = g
                         best_t = t
                         best_r = trange[t]
+            if label == -3 and best_t < 0:
+                # Every tree is constant on the region: one score vector, a near-tie.
+                # The model labels it (same leaves everywhere, so the same answer).
+                label = -2
+                counters[C_TIES] += 1
+            if label == -3:
                 f = top_f[best_t]
                 cut = top_c[best_t]
                 if sp + 2 > st_lo.shape[0]:
@@ -469,9 +476,9 @@ def extract(
     progress: Callable[[float], None] | None = None,
     n_jobs: int = 1,
     labeler: Callable[[np.ndarray], np.ndarray] | None = None,
-    item_regions: int = 20_000,
+    item_regions: int = 2_000,
     prove_budget: int = 64,
-    n_samples: int = 16,
+    n_samples: int = 64,
 ) -> Partition:
     """Certified partition of the legal domain.
 
@@ -574,7 +581,7 @@ def extract(
 def refine_region(kern: Kernel, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
     """Fully refine one region (used for mixed boxes at query time)."""
     olo, ohi, olab, _, _, _, _, _ = kern.refine(
-        lo.astype(np.int32), hi.astype(np.int32), 2**62, 64, 16, 1
+        lo.astype(np.int32), hi.astype(np.int32), 2**62, 64, 64, 1
     )
     return olo, ohi, olab
 

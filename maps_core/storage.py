@@ -1,0 +1,270 @@
+"""Versioned on-disk format: one directory per model.
+
+``manifest.json`` holds the format version, the model fingerprint, classes, schema, build
+statistics, and for every array its file name, dtype, shape and SHA-256. Arrays are plain
+``.npy`` files, loaded memory-mapped. Saving writes a temporary sibling directory and
+renames it into place, so a crash never leaves a half-written artifact under the final
+name. Loading refuses anything missing, truncated, tampered with or of another format
+version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .ensemble import FlatEnsemble
+from .exceptions import (
+    ArtifactNotFoundError,
+    CorruptArtifactError,
+    IncompatibleArtifactError,
+    MapsError,
+)
+from .grid import Grid
+from .index import KDForest
+from .partition import Partition
+from .results import BuildStats
+from .schema import FeatureSchema
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .maps import CounterfactualMaps
+
+FORMAT = "cfmaps"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+_ENSEMBLE = ("node_feature", "node_threshold", "node_left", "node_right", "node_value",
+             "roots", "base")
+_GRID = ("thr_offsets", "thr_values", "cell_offsets", "cell_lower", "cell_upper",
+         "cell_lower_closed", "cell_upper_closed", "integral", "dom_lower", "dom_upper",
+         "node_cut")
+_PARTITION = ("lo", "hi", "labels")
+_INDEX = tuple(f.name for f in fields(KDForest))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _compact(a: np.ndarray, ncells_max: int) -> np.ndarray:
+    """Cell-index ranges fit in uint16 for all realistic grids: halve the footprint."""
+    return a.astype(np.uint16) if ncells_max <= np.iinfo(np.uint16).max else a
+
+
+def save_maps(maps: CounterfactualMaps, path: str | os.PathLike[str]) -> Path:
+    """Write ``maps`` to directory ``path`` atomically; returns the final path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        ncmax = int(maps.grid.n_cells.max(initial=1))
+        arrays: dict[str, np.ndarray] = {}
+        for name in _ENSEMBLE:
+            arrays[f"ensemble.{name}"] = getattr(maps.ensemble, name)
+        for name in _GRID:
+            arrays[f"grid.{name}"] = getattr(maps.grid, name)
+        arrays["partition.lo"] = _compact(np.asarray(maps.partition.lo), ncmax)
+        arrays["partition.hi"] = _compact(np.asarray(maps.partition.hi), ncmax)
+        arrays["partition.labels"] = np.asarray(maps.partition.labels)
+        for name in _INDEX:
+            arrays[f"index.{name}"] = getattr(maps.index, name)
+        entries = {}
+        for key, arr in arrays.items():
+            fname = f"{key}.npy"
+            np.save(tmp / fname, np.ascontiguousarray(arr), allow_pickle=False)
+            entries[key] = {
+                "file": fname,
+                "dtype": str(np.asarray(arr).dtype),
+                "shape": list(np.asarray(arr).shape),
+                "sha256": _sha256(tmp / fname),
+            }
+        size = sum((tmp / e["file"]).stat().st_size for e in entries.values())
+        stats = asdict(maps.stats)
+        ens = maps.ensemble
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "fingerprint": maps.fingerprint,
+            "model": {
+                "kind": ens.kind,
+                "n_features": ens.n_features,
+                "classes": ens.classes,
+                "feature_names": ens.feature_names,
+                "tie_break": ens.tie_break,
+            },
+            "schema": maps.schema.to_dicts(),
+            "grid": {"raw_thresholds": maps.grid.raw_thresholds},
+            "partition": {"counters": maps.partition.counters},
+            "stats": stats,
+            "arrays": entries,
+        }
+        data = json.dumps(manifest, indent=1, default=_json_default).encode()
+        manifest["stats"]["bytes_on_disk"] = size + len(data)
+        with open(tmp / MANIFEST, "wb") as fh:
+            fh.write(json.dumps(manifest, indent=1, default=_json_default).encode())
+            fh.flush()
+            os.fsync(fh.fileno())
+        for e in entries.values():
+            with open(tmp / e["file"], "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(tmp)
+        # Swap into place: move an existing artifact aside first, then rename.
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        object.__setattr__(maps, "stats", BuildStats(**manifest["stats"]))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def load_maps(
+    path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = True
+) -> CounterfactualMaps:
+    """Load maps written by :func:`save_maps`.
+
+    Parameters
+    ----------
+    path : path-like
+        The artifact directory.
+    mmap : bool
+        Memory-map the arrays (read-only) instead of reading them into memory.
+    verify : bool
+        Check every array's SHA-256 against the manifest (detects tampering).
+    """
+    from .maps import CounterfactualMaps
+
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise ArtifactNotFoundError(f"no counterfactual maps at {path} (missing {MANIFEST})")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptArtifactError(f"{mpath}: unreadable manifest ({exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CorruptArtifactError(f"{mpath}: not a cfmaps manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise IncompatibleArtifactError(
+            f"{path}: format version {manifest.get('format_version')!r}, this build of "
+            f"cfmaps reads version {FORMAT_VERSION}; rebuild the maps"
+        )
+    try:
+        arrays = _load_arrays(path, manifest["arrays"], mmap, verify)
+        mm = manifest["model"]
+        ens = FlatEnsemble(
+            kind=mm["kind"],
+            n_features=int(mm["n_features"]),
+            classes=list(mm["classes"]),
+            feature_names=mm["feature_names"],
+            tie_break=mm["tie_break"],
+            **{n: arrays[f"ensemble.{n}"] for n in _ENSEMBLE},
+        )
+        grid = Grid(raw_thresholds=int(manifest["grid"]["raw_thresholds"]),
+                    **{n: arrays[f"grid.{n}"] for n in _GRID})
+        part = Partition(
+            lo=arrays["partition.lo"], hi=arrays["partition.hi"],
+            labels=arrays["partition.labels"], counters=manifest["partition"]["counters"],
+        )
+        index = KDForest(**{n: arrays[f"index.{n}"] for n in _INDEX})
+        schema = FeatureSchema.from_dicts(manifest["schema"])
+        stats = BuildStats(**manifest["stats"])
+        _check_consistency(ens, grid, part, index, schema)
+    except MapsError as exc:
+        if isinstance(exc, CorruptArtifactError):
+            raise
+        raise CorruptArtifactError(f"{path}: inconsistent artifact ({exc})") from exc
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptArtifactError(f"{path}: inconsistent artifact ({exc!r})") from exc
+    maps = CounterfactualMaps(ens, schema, grid, part, index, stats, manifest["fingerprint"])
+    if verify and ens.fingerprint() != manifest["fingerprint"]:
+        raise CorruptArtifactError(f"{path}: model fingerprint does not match the manifest")
+    return maps
+
+
+def _load_arrays(path: Path, entries: dict[str, Any], mmap: bool, verify: bool) -> dict[str, np.ndarray]:
+    out = {}
+    expected = {f"ensemble.{n}" for n in _ENSEMBLE} | {f"grid.{n}" for n in _GRID}
+    expected |= {f"partition.{n}" for n in _PARTITION} | {f"index.{n}" for n in _INDEX}
+    missing = expected - set(entries)
+    if missing:
+        raise CorruptArtifactError(f"{path}: manifest lacks arrays {sorted(missing)}")
+    for key in sorted(expected):
+        e = entries[key]
+        fpath = path / str(e["file"])
+        if fpath.parent != path:
+            raise CorruptArtifactError(f"{path}: array file outside the artifact: {e['file']}")
+        if not fpath.is_file():
+            raise CorruptArtifactError(f"{path}: missing array file {e['file']}")
+        if verify and _sha256(fpath) != e["sha256"]:
+            raise CorruptArtifactError(f"{path}: {e['file']} does not match its checksum")
+        try:
+            arr = np.load(fpath, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise CorruptArtifactError(f"{path}: unreadable {e['file']} ({exc})") from exc
+        if str(arr.dtype) != e["dtype"] or list(arr.shape) != list(e["shape"]):
+            raise CorruptArtifactError(f"{path}: {e['file']} has the wrong dtype or shape")
+        out[key] = arr
+    return out
+
+
+def _check_consistency(ens: FlatEnsemble, grid: Grid, part: Partition, index: KDForest,
+                       schema: FeatureSchema) -> None:
+    """Shapes must agree, so that kernels never index out of bounds."""
+    m, n_nodes, c = ens.n_features, ens.n_nodes, ens.n_classes
+    ok = (
+        len(schema) == m
+        and ens.node_value.shape == (n_nodes, c)
+        and grid.node_cut.shape == (n_nodes,)
+        and grid.cell_offsets.shape == (m + 1,)
+        and part.lo.shape == part.hi.shape
+        and part.lo.shape[1:] == (m,)
+        and part.labels.shape == (part.lo.shape[0],)
+        and index.node_lo.shape == (index.n_nodes, m)
+        and index.class_root.shape == (c,)
+    )
+    if not ok:
+        raise CorruptArtifactError("array shapes disagree with each other")
+    if part.lo.shape[0]:
+        if int(np.max(part.hi)) >= int(grid.n_cells.max()) or int(np.max(index.order)) >= part.lo.shape[0]:
+            raise CorruptArtifactError("indices out of range")
+        if int(part.labels.max()) >= c or int(part.labels.min()) < -1:
+            raise CorruptArtifactError("labels out of range")
