@@ -502,7 +502,10 @@ def _arrays(maps: CounterfactualMaps) -> tuple[Any, ...]:
 def locate_rect(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
     """Id of the rectangle containing each row of ``A`` (shape (n, m)), shape (n,)."""
     g = maps.grid
+    # The model's view of a continuous value is float32(x), which may sit a fraction of
+    # an ulp outside a domain bound that is not a float32; its cell is still the edge one.
     P = np.where(g.integral, A, A.astype(np.float32).astype(np.float64))
+    P = np.clip(P, g.dom_lower, g.dom_upper)
     C = g.cells_of(A)
     ix, part = maps.index, maps.partition
     return _locate(P, C, ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
@@ -513,7 +516,9 @@ def locate(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
     """Class index of every row: the label of its rectangle (model itself in mixed ones)."""
     rid = locate_rect(maps, A)
     lab = np.asarray(maps.partition.labels)[rid].astype(np.int64)
-    mixed = lab == MIXED
+    # A complete partition covers every legal point; rid < 0 would be a bug, and then the
+    # ensemble's own arithmetic is the safe answer.
+    mixed = (lab == MIXED) | (rid < 0)
     if mixed.any():
         lab[mixed] = maps.ensemble.predict_index(A[mixed])
     return lab

@@ -1,0 +1,109 @@
+"""Seeded models shared by the core and app tests, and an independent brute force."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+from sklearn.ensemble import (
+    ExtraTreesClassifier,
+    GradientBoostingClassifier,
+    RandomForestClassifier,
+)
+from sklearn.tree import DecisionTreeClassifier
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("CFMAPS_SHARED", ROOT.parent / "shared"))
+
+MODEL_FACTORIES = {
+    "dt": lambda s: DecisionTreeClassifier(max_depth=4, random_state=s),
+    "rf": lambda s: RandomForestClassifier(n_estimators=8, max_depth=3, random_state=s),
+    "et": lambda s: ExtraTreesClassifier(n_estimators=8, max_depth=3, random_state=s),
+    "gb": lambda s: GradientBoostingClassifier(n_estimators=8, max_depth=2, random_state=s),
+}
+
+
+def synthetic(n_classes: int = 2, n_features: int = 4, seed: int = 0):
+    X, y = make_classification(
+        n_samples=400,
+        n_features=n_features,
+        n_informative=min(3, n_features),
+        n_redundant=0,
+        n_classes=n_classes,
+        n_clusters_per_class=1,
+        random_state=seed,
+    )
+    return X, y
+
+
+def fit(kind: str, n_classes: int = 2, n_features: int = 4, seed: int = 0):
+    X, y = synthetic(n_classes, n_features, seed)
+    return MODEL_FACTORIES[kind](seed).fit(X, y), X, y
+
+
+def raw_thresholds(model, f: int) -> np.ndarray:
+    """Thresholds of feature ``f`` read straight from the sklearn trees (not from maps_core)."""
+    ests = getattr(model, "estimators_", None)
+    trees = [model] if ests is None else list(np.ravel(ests))
+    ts = []
+    for est in trees:
+        tr = est.tree_
+        ts.append(tr.threshold[(tr.children_left >= 0) & (tr.feature == f)])
+    return np.unique(np.concatenate(ts)) if ts else np.zeros(0)
+
+
+def f32_floor(t: np.ndarray) -> np.ndarray:
+    f = np.asarray(t, dtype=np.float64).astype(np.float32)
+    up = f.astype(np.float64) > t
+    f[up] = np.nextafter(f[up], np.float32(-np.inf))
+    return f.astype(np.float64)
+
+
+def brute_force(model, x, target_index, weights, norm, classes=None):
+    """Exact optimum by enumerating every cell of the threshold grid (no maps_core code).
+
+    Every cell is an interval product (s_{j-1}, s_j] of float32-floored thresholds; it is
+    labelled by ``model.predict`` at a float32 point strictly inside, and the infimum
+    distance from ``x`` to the cell is computed in closed form.
+    """
+    m = x.shape[0]
+    cuts = [f32_floor(raw_thresholds(model, f)) for f in range(m)]
+    cuts = [np.unique(c) for c in cuts]
+    lows = [np.concatenate([[-np.inf], c]) for c in cuts]
+    highs = [np.concatenate([c, [np.inf]]) for c in cuts]
+    reps = []
+    for c in cuts:
+        if c.size == 0:
+            reps.append(np.array([0.0]))
+            continue
+        inner = c.astype(np.float64)  # closed upper ends are inside their cell
+        last = np.nextafter(c[-1].astype(np.float32), np.float32(np.inf)).astype(np.float64)
+        reps.append(np.concatenate([inner, [last]]))
+    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
+    pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
+    labels = model.predict(pts)
+    cls = list(model.classes_) if classes is None else classes
+    mask = labels == cls[target_index]
+    if not mask.any():
+        return np.inf
+    lo = np.column_stack([lows[f][idx[mask, f]] for f in range(m)])
+    hi = np.column_stack([highs[f][idx[mask, f]] for f in range(m)])
+    delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * weights
+    if norm == "l1":
+        d = delta.sum(axis=1)
+    elif norm == "l2":
+        d = np.sqrt((delta**2).sum(axis=1))
+    else:
+        d = delta.max(axis=1)
+    return float(d.min())
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not (SHARED / "datasets").is_dir():
+        pytest.fail(f"shared datasets not found at {SHARED} (set CFMAPS_SHARED)")
+    return SHARED

@@ -1,0 +1,114 @@
+"""Optimality against brute force, KD-tree against a linear scan, validity, options."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from maps_core import CounterfactualMaps, InvalidQueryError
+from maps_core.query import linear_scan, make_options
+from tests.conftest import MODEL_FACTORIES, brute_force, fit
+
+NORMS = ["l1", "l2", "linf"]
+
+
+@pytest.fixture(scope="module", params=[(k, c) for k in sorted(MODEL_FACTORIES) for c in (2, 3)],
+                ids=lambda p: f"{p[0]}-{p[1]}cls")
+def suite(request):
+    kind, n_classes = request.param
+    model, X, _ = fit(kind, n_classes, n_features=4, seed=7)
+    return model, X, CounterfactualMaps.build(model)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_distance_equals_brute_force(suite, norm):
+    model, X, maps = suite
+    rng = np.random.default_rng(11)
+    for i in rng.choice(len(X), 6, replace=False):
+        x = X[i]
+        w = rng.uniform(0.2, 2.0, size=x.shape[0])
+        for t in range(len(maps.classes)):
+            res = maps.counterfactual(x, maps.classes[t], norm=norm, weights=w)
+            want = brute_force(model, x, t, w, norm)
+            if not np.isfinite(want):
+                assert not res.feasible
+                continue
+            assert res.best is not None
+            assert abs(res.best.distance - want) <= 1e-9, (t, res.best.distance, want)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_kdtree_equals_linear_scan_and_answers_are_valid(suite, norm):
+    model, X, maps = suite
+    rng = np.random.default_rng(5)
+    Q = np.vstack([X[rng.choice(len(X), 30, replace=False)], rng.normal(scale=2, size=(20, 4))])
+    opts = make_options(maps, norm=norm)
+    for res in maps.counterfactuals(Q, norm=norm):
+        assert res.feasible
+        cf = res.best
+        t = maps.target_index(cf.target)
+        d_scan, _ = linear_scan(maps, res.query, t, opts)
+        assert cf.distance == pytest.approx(d_scan, abs=1e-12)
+        assert res.prediction != cf.target
+        assert model.predict(cf.x[None])[0] == cf.target
+        assert cf.region.contains(cf.x)
+        assert cf.counterfactual_distance == pytest.approx(cf.distance, rel=1e-5, abs=1e-6)
+        # omitted target = nearest other class: no other class is closer
+        for other in range(len(maps.classes)):
+            if maps.classes[other] != res.prediction:
+                d_o, _ = linear_scan(maps, res.query, other, opts)
+                assert cf.distance <= d_o + 1e-12
+
+
+def test_target_equal_to_prediction_returns_x_and_its_region(suite):
+    model, X, maps = suite
+    x = X[0]
+    pred = model.predict(x[None])[0]
+    res = maps.counterfactual(x, pred)
+    assert res.best.distance == 0.0 and np.array_equal(res.best.x, x)
+    assert res.best.region.contains(x)
+    corners = np.where(res.best.region.upper_closed, res.best.region.upper, np.nan)
+    probe = np.where(np.isfinite(corners), corners, x)
+    assert model.predict(probe[None])[0] == pred
+
+
+def test_k_best_are_distinct_and_sorted(suite):
+    model, X, maps = suite
+    res = maps.counterfactual(X[1], k=5, norm="l2")
+    d = [c.distance for c in res.counterfactuals]
+    assert d == sorted(d) and len(d) >= 2
+    boxes = {(tuple(c.region.lower), tuple(c.region.upper)) for c in res.counterfactuals}
+    assert len(boxes) == len(d)
+    for c in res.counterfactuals:
+        assert model.predict(c.x[None])[0] == c.target
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"norm": "l3"}, "norm"),
+        ({"target": "nope"}, "target"),
+        ({"weights": {"zz": 1.0}}, "zz"),
+        ({"weights": {"x0": -1.0}}, "weights"),
+        ({"k": 0}, "k"),
+    ],
+)
+def test_bad_options_name_the_field(suite, kwargs, field):
+    _, X, maps = suite
+    kwargs = dict(kwargs)
+    target = kwargs.pop("target", None)
+    with pytest.raises(InvalidQueryError) as err:
+        maps.counterfactual(X[0], target, **kwargs)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    "x, field",
+    [([np.nan, 0, 0, 0], "x0"), ([0, np.inf, 0, 0], "x1"), ([0, 0, 0], "instance"),
+     (["a", 0, 0, 0], "instance")],
+)
+def test_bad_inputs_are_refused(suite, x, field):
+    _, _, maps = suite
+    with pytest.raises(InvalidQueryError) as err:
+        maps.counterfactual(x)
+    assert err.value.field == field

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from maps_core import (
+    ArtifactNotFoundError,
+    BudgetExceededError,
+    CorruptArtifactError,
+    CounterfactualMaps,
+    IncompatibleArtifactError,
+)
+from tests.conftest import fit
+
+
+@pytest.fixture(scope="module")
+def built():
+    model, X, _ = fit("rf", 3, n_features=5, seed=2)
+    return model, X, CounterfactualMaps.build(model)
+
+
+def answers(maps, X, norm="l2"):
+    return [(r.prediction, r.best.distance, tuple(r.best.x)) for r in maps.counterfactuals(X, norm=norm)]
+
+
+def test_round_trip_gives_identical_answers(built, tmp_path):
+    model, X, maps = built
+    path = maps.save(tmp_path / "m")
+    loaded = CounterfactualMaps.load(path)
+    assert loaded.fingerprint == maps.fingerprint
+    assert loaded.classes == maps.classes and loaded.feature_names == maps.feature_names
+    assert loaded.stats.bytes_on_disk > 0
+    assert isinstance(loaded.partition.lo, np.memmap)
+    for norm in ("l1", "l2", "linf"):
+        assert answers(loaded, X[:40], norm) == answers(maps, X[:40], norm)
+    assert np.array_equal(loaded.predict(X), model.predict(X))
+
+
+def test_save_replaces_atomically_and_leaves_no_temporaries(built, tmp_path):
+    _, _, maps = built
+    maps.save(tmp_path / "m")
+    maps.save(tmp_path / "m")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "version", "manifest", "shape"])
+def test_damaged_artifacts_are_refused(built, tmp_path, damage):
+    _, _, maps = built
+    path = maps.save(tmp_path / "m")
+    target = path / "partition.lo.npy"
+    manifest = json.loads((path / "manifest.json").read_text())
+    if damage == "flip":
+        b = bytearray(target.read_bytes())
+        b[-3] ^= 0xFF
+        target.write_bytes(bytes(b))
+    elif damage == "truncate":
+        target.write_bytes(target.read_bytes()[:-16])
+    elif damage == "delete":
+        target.unlink()
+    elif damage == "version":
+        manifest["format_version"] = 999
+        (path / "manifest.json").write_text(json.dumps(manifest))
+    elif damage == "manifest":
+        (path / "manifest.json").write_text("{not json")
+    elif damage == "shape":
+        manifest["arrays"]["partition.lo"]["shape"] = [1, 1]
+        (path / "manifest.json").write_text(json.dumps(manifest))
+    expected = IncompatibleArtifactError if damage == "version" else CorruptArtifactError
+    with pytest.raises(expected):
+        CounterfactualMaps.load(path)
+
+
+def test_missing_artifact(tmp_path):
+    with pytest.raises(ArtifactNotFoundError):
+        CounterfactualMaps.load(tmp_path / "nothing")
+
+
+def test_budget_error_mode(built):
+    model, _, _ = built
+    with pytest.raises(BudgetExceededError, match="rectangle budget"):
+        CounterfactualMaps.build(model, max_rectangles=5, on_budget="error")
+
+
+def test_mixed_regions_keep_answers_exact_and_faithful(built, tmp_path):
+    model, X, full = built
+    seen: list[float] = []
+    part = CounterfactualMaps.build(model, max_rectangles=5, progress=seen.append)
+    assert part.stats.mixed_regions > 0
+    assert seen and all(0.0 <= s <= 1.0 for s in seen) and seen == sorted(seen)
+    rng = np.random.default_rng(0)
+    P = np.vstack([X, rng.normal(scale=2, size=(20000, X.shape[1]))])
+    assert np.array_equal(part.predict(P), model.predict(P))
+    loaded = CounterfactualMaps.load(part.save(tmp_path / "mixed"))
+    for norm in ("l1", "l2", "linf"):
+        for a, b, c in zip(loaded.counterfactuals(X[:30], norm=norm),
+                           full.counterfactuals(X[:30], norm=norm),
+                           loaded.counterfactuals(X[:30], norm=norm, k=3)):
+            assert a.best.distance == pytest.approx(b.best.distance, abs=1e-12)
+            assert model.predict(a.best.x[None])[0] == a.target
+            assert c.best.distance == pytest.approx(b.best.distance, abs=1e-12)
+    assert any(r.stats.regions_refined > 0 for r in loaded.counterfactuals(X[:30]))
+
+
+def test_progress_reaches_one(built):
+    model, _, _ = built
+    seen: list[float] = []
+    CounterfactualMaps.build(model, progress=seen.append)
+    assert seen[-1] == 1.0
