@@ -21,7 +21,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from maps_core.exceptions import (
@@ -32,6 +31,8 @@ from maps_core.exceptions import (
     SchemaError,
     UnsupportedModelError,
 )
+
+from .responses import SafeJSONResponse as JSONResponse
 
 log = logging.getLogger("cfmaps.app")
 

@@ -24,6 +24,7 @@ from .builds import BuildManager
 from .errors import error_body
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
+from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models
 from .settings import Settings
 
@@ -155,6 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=_version(),
         summary="Exact counterfactual explanations for tree-ensemble classifiers",
         lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
     )
     app.state.settings = settings
     app.state.registry = registry

@@ -138,8 +138,11 @@ class ModelEntry:
     @property
     def codec(self) -> FeatureCodec:
         if self._codec is None:
-            integral = [f.get("type", "continuous") != "continuous" for f in self.features]
-            self._codec = FeatureCodec([f["name"] for f in self.features], integral)
+            schema = self.schema
+            lower, upper = schema.domains()
+            self._codec = FeatureCodec(
+                schema.names, list(schema.integral_mask()), list(lower), list(upper)
+            )
         return self._codec
 
     @property

@@ -17,7 +17,16 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
 from pydantic import ValidationError as PydanticValidationError
 
 from .errors import InvalidInputError, PayloadTooLargeError
@@ -26,7 +35,21 @@ FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Weight = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
 Norm = Literal["l1", "l2", "linf"]
 Direction = Literal["any", "increase", "decrease"]
-ClassLabel = StrictStr | StrictInt | StrictFloat | StrictBool
+
+
+def _scalar_label(v: Any) -> Any:
+    # One custom check instead of a pydantic union, whose errors would point at
+    # "target.str", "target.int", ... instead of "target".
+    if v is None or isinstance(v, str | int | float):  # bool is an int
+        return v
+    raise ValueError("a class label must be a string, a number or a boolean")
+
+
+ClassLabel = Annotated[
+    Any,
+    BeforeValidator(_scalar_label),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]}),
+]
 Instance = Annotated[
     dict[str, Any] | list[Any],
     Field(
@@ -264,11 +287,20 @@ class FeatureCodec:
         integers.
     """
 
-    def __init__(self, names: Sequence[str], integral: Sequence[bool]) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        integral: Sequence[bool],
+        lower: Sequence[float] | None = None,
+        upper: Sequence[float] | None = None,
+    ) -> None:
         self.names = list(names)
         self.index = {n: j for j, n in enumerate(self.names)}
         self.integral = [bool(b) for b in integral]
         self.m = len(self.names)
+        self.lower = np.full(self.m, -np.inf) if lower is None else np.asarray(lower, float)
+        self.upper = np.full(self.m, np.inf) if upper is None else np.asarray(upper, float)
+        self.integral_mask = np.asarray(self.integral, dtype=bool)
 
     # JSON -> array
     def matrix(self, req: _InstancesRequest, max_batch: int) -> tuple[np.ndarray, bool]:
@@ -339,6 +371,26 @@ class FeatureCodec:
                         f"feature {name!r} is too large", f"{where}.{name}"
                     ) from None
             raise
+
+    def check_domain(self, X: np.ndarray, single: bool) -> None:
+        """Refuse values outside the schema's legal domain, naming instance and feature.
+
+        The engine checks this too, but cannot say which instance of a batch is at fault.
+        """
+        bad = (X < self.lower) | (X > self.upper) | (self.integral_mask & (X != np.round(X)))
+        if not bad.any():
+            return
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        name = self.names[j]
+        where = "instance" if single else f"instances.{i}"
+        v = float(X[i, j])
+        if self.lower[j] <= v <= self.upper[j]:
+            msg = f"feature {name!r} = {v} must be an integer"
+        else:
+            lo = self.value(j, self.lower[j])
+            hi = self.value(j, self.upper[j])
+            msg = f"feature {name!r} = {v} is outside its legal range [{lo}, {hi}]"
+        raise InvalidInputError(msg, f"{where}.{name}")
 
     def names_in(self, names: Sequence[str], where: str) -> None:
         """Check that every name is a feature (for weights, immutable, ...)."""

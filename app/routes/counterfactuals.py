@@ -6,13 +6,13 @@ from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Path
-from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from maps_core import Counterfactual, CounterfactualResult
 
 from ..errors import InvalidInputError
 from ..registry import ModelEntry
+from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
     CounterfactualBatchOut,
     CounterfactualOut,
@@ -65,6 +65,7 @@ async def counterfactuals(
     entry = registry.get_ready(model_id)
     codec = entry.codec
     X, single = codec.matrix(body, settings.max_batch)
+    codec.check_domain(X, single)
     if body.k > settings.max_k:
         raise InvalidInputError(f"k must be at most {settings.max_k}", "k")
     for name, values in (
@@ -75,6 +76,11 @@ async def counterfactuals(
     ):
         if values:
             codec.names_in(list(values), name)
+    for name, (lo, hi) in (body.bounds or {}).items():
+        if lo is not None and hi is not None and lo > hi:
+            raise InvalidInputError(
+                f"bounds of {name!r}: lower {lo} > upper {hi}", f"bounds.{name}"
+            )
     target = entry.resolve_target(body.target)
     maps = entry.maps
     assert maps is not None

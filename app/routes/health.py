@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from ..metrics import CONTENT_TYPE
+from ..responses import SafeJSONResponse as JSONResponse
 from .deps import MetricsDep, RegistryDep
 
 router = APIRouter(tags=["operations"])

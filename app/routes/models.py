@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Form, Path, UploadFile
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile as StarletteUploadFile
 
 from ..errors import InvalidInputError
+from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import ErrorResponse, ModelInfo, ModelList, parse_spec
 from ..security import require_admin, require_query
 from .deps import MODEL_ID_DOC, BuildsDep, RegistryDep

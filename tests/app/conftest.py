@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +10,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
-from svc_helpers import LOCAL, Fitted, Service, wait_ready
-
-from app.main import create_app
-from app.settings import Settings
-
-with warnings.catch_warnings():
-    # Starlette 1.x deprecates httpx in its TestClient in favour of httpx2, which this
-    # environment does not ship; the warning says nothing about our code.
-    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
-    from fastapi.testclient import TestClient
+from svc_helpers import Fitted, Service, start_service
 
 
 @pytest.fixture(scope="session")
@@ -51,23 +40,14 @@ def gb3() -> Fitted:
 
 
 @pytest.fixture
-def service_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """``with service_factory(**settings) as svc:`` -> a started :class:`Service`."""
+def service_factory(tmp_path: Path) -> Callable[..., Any]:
+    """``with service_factory(**settings) as svc:`` -> a started :class:`Service`
+    (data dir ``tmp_path / "data"`` unless ``data_dir`` is given)."""
 
-    @contextmanager
-    def make(
-        data_dir: Path | None = None,
-        client: tuple[str, int] = LOCAL,
-        raise_server_exceptions: bool = True,
-        **overrides: Any,
-    ) -> Iterator[Service]:
-        settings = Settings(data_dir=data_dir or tmp_path / "data", **overrides)
-        app = create_app(settings)
-        with TestClient(app, client=client, raise_server_exceptions=raise_server_exceptions) as c:
-            wait_ready(c)
-            yield Service(c, settings)
+    def make(data_dir: Path | None = None, **kw: Any) -> Any:
+        return start_service(data_dir or tmp_path / "data", **kw)
 
-    yield make
+    return make
 
 
 @pytest.fixture

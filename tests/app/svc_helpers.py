@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import skops.io as sio
 
+from app.main import create_app
 from app.settings import Settings
 
-if TYPE_CHECKING:
+with warnings.catch_warnings():
+    # Starlette 1.x deprecates httpx in its TestClient in favour of httpx2, which this
+    # environment does not ship; the warning says nothing about our code.
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     from fastapi.testclient import TestClient
 
 LOCAL = ("127.0.0.1", 50000)
@@ -118,3 +125,18 @@ class Service:
         body = wait_built(self.client, r.json()["id"], headers=headers)
         assert body["status"] == "ready", body
         return str(body["id"])
+
+
+@contextmanager
+def start_service(
+    data_dir: Path,
+    client: tuple[str, int] = LOCAL,
+    raise_server_exceptions: bool = True,
+    **overrides: Any,
+) -> Iterator[Service]:
+    """Create an app on ``data_dir``, enter its lifespan and wait for /readyz."""
+    settings = Settings(data_dir=data_dir, **overrides)
+    app = create_app(settings)
+    with TestClient(app, client=client, raise_server_exceptions=raise_server_exceptions) as c:
+        wait_ready(c)
+        yield Service(c, settings)

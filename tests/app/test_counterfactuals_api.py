@@ -1,0 +1,238 @@
+"""Counterfactual and predict routes, validated against the model's own predictions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from svc_helpers import GB3_SPEC, Fitted, Service
+
+NAMES = ["x0", "x1", "x2", "x3", "x4"]
+
+
+def _vec(obj: dict[str, Any], names: list[str]) -> np.ndarray:
+    return np.array([obj[n] for n in names], dtype=np.float64)
+
+
+def _in_region(x: np.ndarray, region: dict[str, Any], names: list[str]) -> bool:
+    for j, n in enumerate(names):
+        iv = region[n]
+        if iv["lower"] is not None:
+            if x[j] < iv["lower"] or (x[j] == iv["lower"] and not iv["lower_closed"]):
+                return False
+        if iv["upper"] is not None:
+            if x[j] > iv["upper"] or (x[j] == iv["upper"] and not iv["upper_closed"]):
+                return False
+    return True
+
+
+def _check(res: dict[str, Any], fitted: Fitted, x: np.ndarray, names: list[str]) -> np.ndarray:
+    """Everything a client relies on, checked against the model itself."""
+    model = fitted.model
+    assert res["prediction"] == model.predict(x[None])[0]
+    assert res["feasible"] is True and res["reason"] is None
+    assert res["optimal"] is True
+    cf = _vec(res["counterfactual"], names)
+    assert model.predict(cf[None])[0] == res["target"] != res["prediction"]
+    changed = {n for j, n in enumerate(names) if cf[j] != x[j]}
+    assert set(res["changes"]) == changed
+    for n, ch in res["changes"].items():
+        assert ch["from"] == x[names.index(n)] and ch["to"] == res["counterfactual"][n]
+    assert _in_region(cf, res["region"], names)
+    assert res["distance"] == pytest.approx(res["counterfactual_distance"], rel=1e-5, abs=1e-6)
+    assert set(res["stats"]) == {
+        "nodes_popped",
+        "rectangles_evaluated",
+        "regions_refined",
+        "seconds",
+    }
+    return cf
+
+
+def test_single_instance_as_object_and_list(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    for i in range(5):
+        x = rf.X[i]
+        by_list = svc.client.post(url, json={"instance": x.tolist()})
+        by_obj = svc.client.post(url, json={"instance": dict(zip(NAMES, x.tolist(), strict=True))})
+        assert by_list.status_code == by_obj.status_code == 200, by_list.text
+        a, b = by_list.json(), by_obj.json()
+        assert a["counterfactual"] == b["counterfactual"] and a["distance"] == b["distance"]
+        assert "alternatives" not in a
+        cf = _check(a, rf, x, NAMES)
+        # L1 with unit weights (unbounded continuous features): the certified optimum can be
+        # no farther than any training point the model assigns to the target class.
+        assert a["distance"] == pytest.approx(np.abs(cf - x).sum(), rel=1e-5)
+        mask = rf.model.predict(rf.X) == a["target"]
+        assert a["distance"] <= np.abs(rf.X[mask] - x).sum(axis=1).min() + 1e-9
+
+
+def test_batch_answers_in_input_order(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    X = rf.X[:12]
+    batch = svc.client.post(url, json={"instances": X.tolist(), "norm": "l2"}).json()["results"]
+    assert len(batch) == 12
+    for i, res in enumerate(batch):
+        single = svc.client.post(url, json={"instance": X[i].tolist(), "norm": "l2"}).json()
+        assert res["counterfactual"] == single["counterfactual"]
+        _check(res, rf, X[i], NAMES)
+
+
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+def test_norms(rf_service: tuple[Service, str], rf: Fitted, norm: str) -> None:
+    svc, model_id = rf_service
+    x = rf.X[3]
+    res = svc.client.post(
+        f"/v1/models/{model_id}/counterfactuals", json={"instance": x.tolist(), "norm": norm}
+    ).json()
+    cf = _check(res, rf, x, NAMES)
+    d = cf - x
+    expected = {"l1": np.abs(d).sum(), "l2": np.sqrt((d**2).sum()), "linf": np.abs(d).max()}
+    assert res["counterfactual_distance"] == pytest.approx(expected[norm], rel=1e-6)
+
+
+def test_targets_by_label_and_string(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    x = rf.X[0]
+    pred = int(rf.model.predict(x[None])[0])
+    other = 1 - pred
+    for target in (other, str(other), float(other)):
+        res = svc.client.post(url, json={"instance": x.tolist(), "target": target}).json()
+        assert res["target"] == other
+        _check(res, rf, x, NAMES)
+    # Asking for the class it already has: the input itself, at distance 0.
+    res = svc.client.post(url, json={"instance": x.tolist(), "target": pred}).json()
+    assert res["distance"] == 0 and res["changes"] == {}
+    for bad in (7, "seven", True, [0], {"a": 1}):
+        r = svc.client.post(url, json={"instance": x.tolist(), "target": bad})
+        assert r.status_code == 422, bad
+        assert r.json()["field"] == "target"
+
+
+CONSTRAINED = {
+    "immutable": ["x4"],
+    "direction": {"x0": "increase", "x1": "decrease"},
+    "bounds": {"x2": [-2.0, None]},
+    "weights": {"x3": 2.0},
+}
+
+
+def test_constraints_are_passed_to_the_engine(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    feasible = 0
+    for i in range(6):
+        x = rf.X[i]
+        res = svc.client.post(url, json={"instance": x.tolist(), **CONSTRAINED}).json()
+        if not res["feasible"]:
+            assert res["reason"] and res["counterfactual"] is None and res["distance"] is None
+            assert res["changes"] is None and res["region"] is None and res["optimal"] is True
+            continue
+        feasible += 1
+        cf = _vec(res["counterfactual"], NAMES)
+        assert rf.model.predict(cf[None])[0] == res["target"] != res["prediction"]
+        # Up to float32 rounding (see the exact test below).
+        assert abs(cf[4] - x[4]) < 1e-6
+        assert cf[0] >= x[0] - 1e-6 and cf[1] <= x[1] + 1e-6
+        assert cf[2] >= -2.0 or abs(cf[2] - x[2]) < 1e-6
+    assert feasible > 0
+
+
+@pytest.mark.xfail(
+    reason="engine: maps_core.query rounds constrained features to float32 "
+    "(an immutable feature moves by ~1e-7 and leaves the reported region)",
+    strict=False,
+)
+def test_constraints_are_exact(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    for i in (0, 1, 4, 5):
+        x = rf.X[i]
+        res = svc.client.post(url, json={"instance": x.tolist(), **CONSTRAINED}).json()
+        cf = _check(res, rf, x, NAMES)
+        assert cf[4] == x[4] and "x4" not in res["changes"]
+        assert cf[0] >= x[0] and cf[1] <= x[1]
+
+
+def test_k_alternatives(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    x = rf.X[1]
+    res = svc.client.post(
+        f"/v1/models/{model_id}/counterfactuals", json={"instance": x.tolist(), "k": 3}
+    ).json()
+    _check(res, rf, x, NAMES)
+    alts = res["alternatives"]
+    assert 1 <= len(alts) <= 2
+    dists = [res["distance"]] + [a["distance"] for a in alts]
+    assert dists == sorted(dists)
+    for a in alts:
+        cf = _vec(a["counterfactual"], NAMES)
+        assert rf.model.predict(cf[None])[0] == a["target"]
+        assert _in_region(cf, a["region"], NAMES)
+        assert set(a["changes"]) == {n for j, n in enumerate(NAMES) if cf[j] != x[j]}
+
+
+def test_display_names_integer_features_and_domain(service: Service, gb3: Fitted) -> None:
+    model_id = service.add(gb3.skops, GB3_SPEC)
+    url = f"/v1/models/{model_id}/counterfactuals"
+    names = [f["name"] for f in GB3_SPEC["features"]]
+    display = dict(zip(["high", "low", "mid"], GB3_SPEC["classes"], strict=True))
+    x = gb3.X[0]
+    pred = gb3.model.predict(x[None])[0]
+    targets = [c for c in ("high", "low", "mid") if c != pred]
+    for target in (targets[0], display[targets[1]]):  # a label, then a display name
+        res = service.client.post(url, json={"instance": x.tolist(), "target": target}).json()
+        assert res["prediction"] == display[pred]
+        assert res["target"] in (display[targets[0]], display[targets[1]])
+        cf = _vec(res["counterfactual"], names)
+        assert display[gb3.model.predict(cf[None])[0]] == res["target"]
+        # integer/binary features come back as JSON integers; age is immutable in the spec
+        for n in ("income", "late", "age"):
+            assert type(res["counterfactual"][n]) is int
+            for end in ("lower", "upper"):
+                v = res["region"][n][end]
+                assert v is None or type(v) is int
+        assert "age" not in res["changes"]
+        assert type(res["counterfactual"]["score"]) is float
+
+    bad = {"income": 3.5, "late": 0, "score": 0.1, "age": 30}
+    r = service.client.post(url, json={"instances": [x.tolist(), bad]})
+    assert r.status_code == 422 and r.json()["field"] == "instances.1.income"
+    r = service.client.post(url, json={"instance": {**bad, "income": 3, "age": 10}})
+    assert r.status_code == 422 and r.json()["field"] == "instance.age"
+    assert "legal range" in r.json()["message"]
+
+    r = service.client.post(f"/v1/models/{model_id}/predict", json={"instance": x.tolist()})
+    assert r.status_code == 200
+    assert r.json()["prediction"] == display[pred]
+    assert set(r.json()["probabilities"]) == set(GB3_SPEC["classes"])
+
+
+def test_predict_matches_the_model(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    X = rf.X[:20]
+    r = svc.client.post(f"/v1/models/{model_id}/predict", json={"instances": X.tolist()})
+    assert r.status_code == 200
+    results = r.json()["results"]
+    proba = rf.model.predict_proba(X)
+    for i, res in enumerate(results):
+        assert res["prediction"] == rf.model.predict(X[i : i + 1])[0]
+        assert res["probabilities"]["0"] == pytest.approx(proba[i, 0])
+        assert res["probabilities"]["1"] == pytest.approx(proba[i, 1])
+    one = svc.client.post(f"/v1/models/{model_id}/predict", json={"instance": X[0].tolist()})
+    assert one.json() == results[0]
+
+
+def test_default_norm_setting(service_factory: Any, rf: Fitted) -> None:
+    with service_factory(default_norm="linf") as svc:
+        model_id = svc.add(rf.skops)
+        x = rf.X[2]
+        res = svc.client.post(
+            f"/v1/models/{model_id}/counterfactuals", json={"instance": x.tolist()}
+        ).json()
+        cf = _check(res, rf, x, NAMES)
+        assert res["counterfactual_distance"] == pytest.approx(np.abs(cf - x).max(), rel=1e-6)

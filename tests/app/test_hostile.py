@@ -1,0 +1,208 @@
+"""Hostile and malformed input: always a JSON 4xx naming the field, never a 500."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from svc_helpers import Fitted, Service, start_service
+
+GOOD = [0.1, 0.2, 0.3, 0.4, 0.5]
+
+
+@pytest.fixture(scope="module")
+def strict_service(tmp_path_factory: pytest.TempPathFactory, rf: Fitted) -> Any:
+    """A service that answers 500 (instead of raising) if a bug slips through (one per
+    module: these tests only read)."""
+    with start_service(
+        tmp_path_factory.mktemp("hostile"),
+        raise_server_exceptions=False,
+        max_batch=10,
+        max_body_bytes=20_000,
+    ) as s:
+        yield s, s.add(rf.skops)
+
+
+def _raw(svc: Service, model_id: str, text: str, path: str = "counterfactuals") -> Any:
+    return svc.client.post(
+        f"/v1/models/{model_id}/{path}",
+        content=text.encode(),
+        headers={"content-type": "application/json"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "field"),
+    [
+        ('{"instance": [NaN, 0.2, 0.3, 0.4, 0.5]}', 422, "instance.x0"),
+        ('{"instance": [0.1, Infinity, 0.3, 0.4, 0.5]}', 422, "instance.x1"),
+        ('{"instance": [0.1, 0.2, -Infinity, 0.4, 0.5]}', 422, "instance.x2"),
+        ('{"instance": {"x0": NaN, "x1": 0, "x2": 0, "x3": 0, "x4": 0}}', 422, "instance.x0"),
+        ('{"instance": [1e400, 0.2, 0.3, 0.4, 0.5]}', 422, "instance.x0"),
+        ('{"instance": [1' + "0" * 400 + ", 0.2, 0.3, 0.4, 0.5]}", 422, "instance.x0"),
+        ('{"instance": ["0.1", 0.2, 0.3, 0.4, 0.5]}', 422, "instance.x0"),
+        ('{"instance": [true, 0.2, 0.3, 0.4, 0.5]}', 422, "instance.x0"),
+        ('{"instance": [null, 0.2, 0.3, 0.4, 0.5]}', 422, "instance.x0"),
+        ('{"instance": [[0.1], 0.2, 0.3, 0.4, 0.5]}', 422, "instance.x0"),
+        ('{"instance": {"x0": {}, "x1": 0, "x2": 0, "x3": 0, "x4": 0}}', 422, "instance.x0"),
+        ('{"instance": [0.1, 0.2]}', 422, "instance"),
+        ('{"instance": []}', 422, "instance"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}', 422, "instance"),
+        ('{"instance": {"x0": 0, "x1": 0, "x2": 0, "x3": 0}}', 422, "instance.x4"),
+        (
+            '{"instance": {"x0": 0, "x1": 0, "x2": 0, "x3": 0, "x4": 0, "x9": 1}}',
+            422,
+            "instance.x9",
+        ),
+        ('{"instance": "0.1,0.2"}', 422, "instance"),
+        ('{"instance": 5}', 422, "instance"),
+        (
+            '{"instances": [[0.1, 0.2, 0.3, 0.4, 0.5], [0.1, "x", 0.3, 0.4, 0.5]]}',
+            422,
+            "instances.1.x1",
+        ),
+        ('{"instances": []}', 422, "instances"),
+        ('{"instances": {"a": 1}}', 422, "instances"),
+        (
+            '{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "instances": [[0.1, 0.2, 0.3, 0.4, 0.5]]}',
+            422,
+            "instance",
+        ),
+        ("{}", 422, "instance"),
+        ('{"instace": [0.1, 0.2, 0.3, 0.4, 0.5]}', 422, "instace"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "norm": "l3"}', 422, "norm"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "norm": 1}', 422, "norm"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "k": 0}', 422, "k"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "k": "2"}', 422, "k"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "k": 1.5}', 422, "k"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "k": 1000000000}', 422, "k"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "weights": {"x0": -1}}', 422, "weights.x0"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "weights": {"x0": NaN}}', 422, "weights.x0"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "weights": {"zz": 1}}', 422, "weights.zz"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "weights": [1, 2]}', 422, "weights"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "immutable": ["zz"]}', 422, "immutable.zz"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "immutable": "x0"}', 422, "immutable"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "direction": {"x0": "up"}}', 422, "direction.x0"),
+        (
+            '{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "direction": {"zz": "increase"}}',
+            422,
+            "direction.zz",
+        ),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"x0": [1, 0]}}', 422, "bounds.x0"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"x0": [1]}}', 422, "bounds.x0.1"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"x0": [NaN, 1]}}', 422, "bounds.x0.0"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"zz": [0, 1]}}', 422, "bounds.zz"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "target": {"a": 1}}', 422, "target"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "target": NaN}', 422, "target"),
+        ('{"instance": {"\\ud800": 1}}', 422, None),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "target": "\\udfff"}', 422, "target"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "weights": {"\\ud800": 1}}', 422, None),
+        ("[1, 2, 3]", 422, None),
+        ('"just a string"', 422, None),
+        ("null", 422, None),
+        ("{not json", 422, "body"),
+        ("", 422, None),
+        ("[" * 50_000 + "]" * 50_000, 413, "body"),
+    ],
+)
+def test_hostile_counterfactual_bodies(
+    strict_service: Any, text: str, status: int, field: str | None
+) -> None:
+    svc, model_id = strict_service
+    r = _raw(svc, model_id, text)
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["message"] and body["error"]
+    if field is not None:
+        assert body["field"] == field, body
+
+
+def test_deep_nesting_within_the_body_limit_is_not_a_500(strict_service: Any) -> None:
+    svc, model_id = strict_service
+    r = _raw(svc, model_id, '{"instance": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert 400 <= r.status_code < 500
+
+
+def test_predict_rejects_the_same_inputs(strict_service: Any) -> None:
+    svc, model_id = strict_service
+    for text, field in [
+        ('{"instances": [[NaN, 0.2, 0.3, 0.4, 0.5]]}', "instances.0.x0"),
+        ('{"instance": [0.1, 0.2]}', "instance"),
+        ('{"instances": [[0.1, 0.2, 0.3, 0.4, 0.5]], "target": 1}', "target"),
+    ]:
+        r = _raw(svc, model_id, text, "predict")
+        assert r.status_code == 422 and r.json()["field"] == field, r.text
+
+
+def test_batch_too_large_is_413(strict_service: Any) -> None:
+    svc, model_id = strict_service
+    for path in ("counterfactuals", "predict"):
+        r = svc.client.post(f"/v1/models/{model_id}/{path}", json={"instances": [GOOD] * 11})
+        assert r.status_code == 413
+        assert r.json() == {
+            "error": "payload_too_large",
+            "message": "11 instances exceed the limit of 10 per request",
+            "field": "instances",
+        }
+        ok = svc.client.post(f"/v1/models/{model_id}/{path}", json={"instances": [GOOD] * 10})
+        assert ok.status_code == 200
+
+
+def test_body_too_large_is_413_declared_or_streamed(strict_service: Any) -> None:
+    svc, model_id = strict_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    big = json.dumps({"instance": GOOD, "pad": "x" * 30_000})
+    r = svc.client.post(url, content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["field"] == "body"
+
+    def chunks() -> Any:  # no Content-Length: counted while streaming
+        for i in range(0, len(big), 4096):
+            yield big[i : i + 4096].encode()
+
+    r = svc.client.post(url, content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
+
+
+def test_wrong_methods_and_paths_are_json(strict_service: Any) -> None:
+    svc, model_id = strict_service
+    r = svc.client.get(f"/v1/models/{model_id}/counterfactuals")
+    assert r.status_code == 405 and r.json()["error"] == "method_not_allowed"
+    r = svc.client.get("/v1/nothing-here")
+    assert r.status_code == 404 and r.json()["error"] == "not_found"
+    r = svc.client.post(
+        f"/v1/models/{model_id}/counterfactuals",
+        content=b"\xff\xfe\x00garbage",
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 422
+    r = svc.client.post(
+        f"/v1/models/{model_id}/counterfactuals",
+        content=b"instance=1",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert 400 <= r.status_code < 500
+
+
+def test_hostile_uploads(service_factory: Any, rf: Fitted) -> None:
+    with service_factory(raise_server_exceptions=False) as svc:
+        c = svc.client
+        cases = [
+            {"files": {"model": ("m", b"\x1f\x8b" + b"\x00" * 100)}},
+            {"files": {"model": ("m", b"PK\x05\x06" + b"\x00" * 18)}},  # empty zip
+            {"files": {"model": ("m", rf.skops[: len(rf.skops) // 2])}},  # truncated
+            {"files": {"model": ("m", rf.skops)}, "data": {"spec": '{"name": "\\ud800"}'}},
+            {"files": {"model": ("m", rf.skops), "spec": ("s", b"\xff\xfe")}},
+            {"files": {"model": ("m", rf.skops)}, "data": {"spec": "[" * 100_000}},
+            {
+                "content": b"--x\r\nnot multipart",
+                "headers": {"content-type": "multipart/form-data"},
+            },
+            {"content": b"garbage", "headers": {"content-type": "multipart/form-data; boundary=x"}},
+        ]
+        for kw in cases:
+            r = c.post("/v1/models", **kw)
+            assert 400 <= r.status_code < 500, (kw, r.text)
+            assert r.json()["error"]
+        assert c.get("/v1/models").json() == {"models": []}
+        assert [p.name for p in svc.settings.models_dir.iterdir()] == []
