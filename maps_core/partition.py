@@ -90,12 +90,43 @@ def _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf):
 
 
 @njit(cache=True, nogil=True)
+def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, roots, tie_high, buf):
+    """Like :func:`_label_cell`, traversing only the trees in ``act[:n_act]``; the other
+    trees are constant on the region and already summed (with the base) in ``cs``."""
+    c = cs.shape[0]
+    for k in range(c):
+        buf[k] = cs[k]
+    for i in range(n_act):
+        node = roots[act[i]]
+        while nf[node] >= 0:
+            if cell[nf[node]] <= ncut[node]:
+                node = nl[node]
+            else:
+                node = nr[node]
+        for k in range(c):
+            buf[k] += nv[node, k]
+    best = 0
+    for k in range(1, c):
+        if tie_high:
+            if buf[k] >= buf[best]:
+                best = k
+        elif buf[k] > buf[best]:
+            best = k
+    margin = np.inf
+    for k in range(c):
+        if k != best and buf[best] - buf[k] < margin:
+            margin = buf[best] - buf[k]
+    return best, margin
+
+
+@njit(cache=True, nogil=True)
 def _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f, top_c, stack, mn, mx):
     """Interval bound of the margin of class ``a`` over the region ``lo..hi``.
 
     Fills ``lb[b]`` (lower bound of score_a - score_b), per tree the spread of its margin
-    ``trange[t]`` and its root-most undecided split ``(top_f[t], top_c[t])`` (-1 if the
-    tree is constant on the region). Returns min over b != a of lb[b].
+    ``trange[t]`` and its root-most undecided split ``(top_f[t], top_c[t])``; a tree that
+    is constant on the region gets ``top_f[t] = -1`` and its only leaf in ``top_c[t]``.
+    Returns min over b != a of lb[b].
     """
     c = base.shape[0]
     for b in range(c):
@@ -133,6 +164,8 @@ def _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f, top
             if go_r:
                 stack[sp] = nr[node]
                 sp += 1
+        if top_f[t] < 0:
+            top_c[t] = node  # constant tree: remember its only reachable leaf
         spread = 0.0
         for b in range(c):
             if b != a:
@@ -247,6 +280,8 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
     pw = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32), np.empty(T, dtype=np.int32),
           np.empty(max_depth_nodes, dtype=np.int32), np.empty(c), np.empty(c), np.empty(c),
           np.empty((4096, m), dtype=np.int32), np.empty((4096, m), dtype=np.int32))
+    act = np.empty(T, dtype=np.int32)
+    cs = np.empty(c)
     cnt_l = np.empty(c)
     cnt_r = np.empty(c)
     regions = 0
@@ -282,10 +317,22 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             slab[0] = a
             n = 1
             mixed = marg <= tol
+            # Trees constant on the region add the same vector to every sample.
+            n_act = 0
+            for k in range(c):
+                cs[k] = base[k]
+            for t in range(T):
+                if top_f[t] >= 0:
+                    act[n_act] = t
+                    n_act += 1
+                else:
+                    for k in range(c):
+                        cs[k] += nv[top_c[t], k]
             for s in range(n_samples):
                 for f in range(m):
                     samp[n, f] = lo[f] + np.random.randint(0, hi[f] - lo[f] + 1)
-                lab, mg = _label_cell(samp[n], nf, ncut, nl, nr, nv, roots, base, tie_high, buf)
+                lab, mg = _label_active(samp[n], act, n_act, cs, nf, ncut, nl, nr, nv, roots,
+                                        tie_high, buf)
                 slab[n] = lab
                 if lab != a or mg <= tol:
                     mixed = True
