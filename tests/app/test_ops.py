@@ -1,0 +1,111 @@
+"""Health, readiness, metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from svc_helpers import LOCAL, Fitted, TestClient
+
+from app.main import create_app
+from app.registry import Registry
+from app.settings import Settings
+
+
+def test_healthz(service: Any) -> None:
+    r = service.client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_readyz_waits_for_the_startup_load(
+    service_factory: Any, rf: Fitted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        model_id = svc.add(rf.skops)
+
+    release = threading.Event()
+    real = Registry._load_entry
+
+    def slow(self: Registry, entry: Any) -> None:
+        assert release.wait(30)
+        real(self, entry)
+
+    monkeypatch.setattr(Registry, "_load_entry", slow)
+    app = create_app(Settings(data_dir=data_dir))
+    with TestClient(app, client=LOCAL) as c:
+        assert c.get("/healthz").status_code == 200  # alive while loading
+        r = c.get("/readyz")
+        assert r.status_code == 503
+        assert r.json()["status"] == "loading" and r.headers["retry-after"] == "1"
+        info = c.get(f"/v1/models/{model_id}").json()
+        assert info["status"] == "loading"
+        r = c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 409 and "being loaded" in r.json()["message"]
+        release.set()
+        for _ in range(3000):
+            if c.get("/readyz").status_code == 200:
+                break
+            threading.Event().wait(0.01)
+        assert c.get("/readyz").json()["models"]["ready"] == 1
+        r = c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 200
+
+
+def test_metrics(rf_service: Any, rf: Fitted) -> None:
+    svc, model_id = rf_service
+    c = svc.client
+    for _ in range(3):
+        c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+    c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": [1]})
+    c.get("/no/such/path")
+    r = c.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    route = "/v1/models/{model_id}/counterfactuals"
+    assert f'cfmaps_http_requests_total{{method="POST",route="{route}",status="200"}} 3.0' in text
+    assert f'cfmaps_http_requests_total{{method="POST",route="{route}",status="422"}} 1.0' in text
+    assert 'route="<unmatched>",status="404"' in text
+    assert model_id not in text  # ids never become labels
+    assert (
+        f'cfmaps_http_request_duration_seconds_count{{method="POST",route="{route}"}} 4.0' in text
+    )
+    assert 'cfmaps_builds_total{outcome="ready"} 1.0' in text
+    assert "cfmaps_builds_running 0.0" in text
+    assert 'cfmaps_models{status="ready"} 1.0' in text
+    assert "cfmaps_counterfactuals_total 3.0" in text
+    assert "cfmaps_build_duration_seconds_count 1.0" in text
+
+
+def test_two_apps_in_one_process_have_separate_metrics(tmp_path: Any) -> None:
+    a = create_app(Settings(data_dir=tmp_path / "a"))
+    b = create_app(Settings(data_dir=tmp_path / "b"))
+    with TestClient(a, client=LOCAL) as ca, TestClient(b, client=LOCAL) as cb:
+        ca.get("/healthz")
+        ca.get("/healthz")
+        cb.get("/healthz")
+        line = 'cfmaps_http_requests_total{method="GET",route="/healthz",status="200"}'
+        assert f"{line} 2.0" in ca.get("/metrics").text
+        assert f"{line} 1.0" in cb.get("/metrics").text
+
+
+def test_openapi_documents_the_routes(service: Any) -> None:
+    doc = service.client.get("/openapi.json").json()
+    paths = doc["paths"]
+    for path, method in [
+        ("/v1/models", "post"),
+        ("/v1/models", "get"),
+        ("/v1/models/{model_id}", "get"),
+        ("/v1/models/{model_id}", "delete"),
+        ("/v1/models/{model_id}/counterfactuals", "post"),
+        ("/v1/models/{model_id}/predict", "post"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+        ("/metrics", "get"),
+    ]:
+        assert method in paths[path], (path, method)
+    cf = paths["/v1/models/{model_id}/counterfactuals"]["post"]
+    assert {"404", "409", "413", "422"} <= set(cf["responses"])
+    assert "CounterfactualRequest" in doc["components"]["schemas"]

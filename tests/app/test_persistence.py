@@ -1,0 +1,142 @@
+"""Restart behaviour: reload ready models, fail interrupted builds, refuse broken maps."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import skops.io as sio
+from sklearn.ensemble import RandomForestClassifier
+from svc_helpers import Fitted, Service, upload
+
+
+def _status(svc: Service, model_id: str) -> dict[str, Any]:
+    path = svc.settings.models_dir / model_id / "status.json"
+    return dict(json.loads(path.read_text()))
+
+
+def _edit_status(data_dir: Path, model_id: str, **changes: Any) -> None:
+    path = data_dir / "models" / model_id / "status.json"
+    status = json.loads(path.read_text())
+    status.update(changes)
+    path.write_text(json.dumps(status))
+
+
+def test_restart_reloads_ready_models(service_factory: Any, rf: Fitted, gb3: Fitted) -> None:
+    x = rf.X[:4].tolist()
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        rf_id = svc.add(rf.skops, {"classes": ["no", "yes"]})
+        gb_id = svc.add(gb3.skops)
+        before = svc.client.post(f"/v1/models/{rf_id}/counterfactuals", json={"instances": x})
+        info_before = svc.client.get(f"/v1/models/{rf_id}").json()
+    with service_factory(data_dir=data_dir) as svc:
+        ready = svc.client.get("/readyz").json()
+        assert ready["status"] == "ready" and ready["models"]["ready"] == 2
+        after = svc.client.post(f"/v1/models/{rf_id}/counterfactuals", json={"instances": x})
+        assert after.status_code == 200
+        strip = [{k: v for k, v in r.items() if k != "stats"} for r in after.json()["results"]]
+        assert strip == [
+            {k: v for k, v in r.items() if k != "stats"} for r in before.json()["results"]
+        ]
+        info = svc.client.get(f"/v1/models/{rf_id}").json()
+        assert info == info_before
+        assert svc.client.get(f"/v1/models/{gb_id}").json()["status"] == "ready"
+        r = svc.client.post(f"/v1/models/{gb_id}/predict", json={"instance": gb3.X[0].tolist()})
+        assert r.json()["prediction"] == gb3.model.predict(gb3.X[:1])[0]
+
+
+def test_interrupted_builds_are_failed_at_start(service_factory: Any, rf: Fitted) -> None:
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        building = svc.add(rf.skops)
+        queued = svc.add(rf.skops)
+    # Simulate a crash mid-build: status on disk still says building/queued, maps missing.
+    _edit_status(data_dir, building, status="building", stats=None)
+    shutil.rmtree(data_dir / "models" / building / "maps")
+    _edit_status(data_dir, queued, status="queued")
+    with service_factory(data_dir=data_dir) as svc:
+        for model_id, was in ((building, "building"), (queued, "queued")):
+            info = svc.client.get(f"/v1/models/{model_id}").json()
+            assert info["status"] == "failed"
+            assert "interrupted" in info["error"] and was in info["error"]
+            assert _status(svc, model_id)["status"] == "failed"  # persisted
+            r = svc.client.post(
+                f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()}
+            )
+            assert r.status_code == 409
+        assert svc.client.get("/readyz").status_code == 200
+        # A failed model can be deleted and the same file uploaded again.
+        assert svc.client.delete(f"/v1/models/{building}").status_code == 204
+        assert svc.add(rf.skops)
+
+
+def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -> None:
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        corrupt, missing, swapped, good = (svc.add(rf.skops) for _ in range(4))
+    maps_dir = data_dir / "models" / corrupt / "maps"
+    victims = sorted(p for p in maps_dir.rglob("*") if p.is_file() and p.stat().st_size > 64)
+    for p in victims:
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        p.write_bytes(bytes(data[: len(data) - 7]))
+    shutil.rmtree(data_dir / "models" / missing / "maps")
+    # Another model's file next to these maps.
+    other = RandomForestClassifier(4, max_depth=2, random_state=1).fit(rf.X, rf.y)
+    (data_dir / "models" / swapped / "model.skops").write_bytes(sio.dumps(other))
+
+    with service_factory(data_dir=data_dir) as svc:
+        for model_id in (corrupt, missing, swapped):
+            info = svc.client.get(f"/v1/models/{model_id}").json()
+            assert info["status"] == "failed", (model_id, info)
+            assert info["error"].startswith("could not load the model")
+            r = svc.client.post(
+                f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()}
+            )
+            assert r.status_code == 409
+            # Load failures are not persisted: repairing the files and restarting recovers.
+            assert _status(svc, model_id)["status"] == "ready"
+        assert svc.client.get(f"/v1/models/{good}").json()["status"] == "ready"
+        ready = svc.client.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["models"]["failed"] == 3
+
+
+def test_pickled_model_needs_trust_after_restart(service_factory: Any, rf: Fitted) -> None:
+    with service_factory(trust_pickle=True) as svc:
+        data_dir = svc.settings.data_dir
+        model_id = svc.add(pickle.dumps(rf.model))
+    with service_factory(data_dir=data_dir) as svc:
+        info = svc.client.get(f"/v1/models/{model_id}").json()
+        assert info["status"] == "failed" and "CFMAPS_TRUST_PICKLE" in info["error"]
+    with service_factory(data_dir=data_dir, trust_pickle=True) as svc:
+        assert svc.client.get(f"/v1/models/{model_id}").json()["status"] == "ready"
+
+
+def test_leftovers_and_junk_in_the_data_dir(service_factory: Any, rf: Fitted) -> None:
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        model_id = svc.add(rf.skops)
+    models = data_dir / "models"
+    (models / ".tmp-deadbeef").mkdir()
+    (models / ".tmp-deadbeef" / "upload").write_bytes(b"half an upload")
+    (models / ".trash-cafe").mkdir()
+    (models / "no-status").mkdir()
+    (models / "bad-json").mkdir()
+    (models / "bad-json" / "status.json").write_text("{not json")
+    (models / "bad-json" / "spec.json").write_text("{}")
+    (models / "stray.txt").write_text("hello")
+    with service_factory(data_dir=data_dir) as svc:
+        assert not (models / ".tmp-deadbeef").exists() and not (models / ".trash-cafe").exists()
+        listed = [m["id"] for m in svc.client.get("/v1/models").json()["models"]]
+        assert listed == [model_id]
+        assert svc.client.get(f"/v1/models/{model_id}").json()["status"] == "ready"
+
+
+def test_upload_writes_are_complete_or_absent(service: Service, rf: Fitted) -> None:
+    r = upload(service.client, b"PK\x03\x04 broken zip")
+    assert r.status_code == 422
+    assert list(service.settings.models_dir.iterdir()) == []

@@ -1,0 +1,101 @@
+"""The real thing: uvicorn on a loopback port, driven over HTTP."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from svc_helpers import Fitted
+
+from app.main import create_app
+from app.settings import Settings
+
+ADMIN = {"Authorization": "Bearer admin-tok"}
+API = {"Authorization": "Bearer api-tok"}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    settings = Settings(data_dir=tmp_path / "data", admin_token="admin-tok", api_tokens="api-tok")
+    port = _free_port()
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=20)
+
+
+def test_upload_build_query_over_http(server: str, rf: Fitted) -> None:
+    with httpx.Client(base_url=server, timeout=30) as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/readyz").status_code == 200
+
+        r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
+        assert r.status_code == 401
+        r = http.post(
+            "/v1/models",
+            files={"model": ("rf.skops", rf.skops)},
+            data={"spec": '{"name": "forest", "classes": ["denied", "approved"]}'},
+            headers=ADMIN,
+        )
+        assert r.status_code == 202, r.text
+        model_id = r.json()["id"]
+
+        deadline = time.monotonic() + 60
+        while True:
+            info = http.get(f"/v1/models/{model_id}", headers=API).json()
+            assert 0.0 <= info["progress"] <= 1.0
+            if info["status"] in ("ready", "failed"):
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert info["status"] == "ready", info
+
+        X = rf.X[:8]
+        r = http.post(
+            f"/v1/models/{model_id}/counterfactuals",
+            json={"instances": X.tolist(), "target": "approved", "norm": "l2"},
+            headers=API,
+        )
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert len(results) == 8
+        for x, res in zip(X, results, strict=True):
+            cf = np.array([res["counterfactual"][f"x{j}"] for j in range(5)])
+            assert rf.model.predict(cf[None])[0] == 1  # "approved"
+            assert res["target"] == "approved" and res["optimal"] is True
+            if rf.model.predict(x[None])[0] == 1:
+                assert res["distance"] == 0
+
+        # httpx refuses to encode NaN; send the token Python's json module writes.
+        r = http.post(
+            f"/v1/models/{model_id}/counterfactuals",
+            content=b'{"instance": [NaN, 0, 0, 0, 0]}',
+            headers={**API, "content-type": "application/json"},
+        )
+        assert r.status_code == 422 and r.json()["field"] == "instance.x0"
+        assert http.delete(f"/v1/models/{model_id}", headers=ADMIN).status_code == 204
+        assert "cfmaps_http_requests_total" in http.get("/metrics").text
