@@ -130,15 +130,17 @@ def load_forest(job: Job) -> tuple[Any, dict[str, Any]]:
     model = RandomForestClassifier(**params).fit(job.X_train, job.y_train)
     n_trees = len(job.tree_offsets) - 1
     if len(model.estimators_) != n_trees:
-        raise RuntimeError(f"re-trained forest has {len(model.estimators_)} trees, expected {n_trees}")
+        raise RuntimeError(
+            f"re-trained forest has {len(model.estimators_)} trees, expected {n_trees}"
+        )
     states = [_tree_state(job, i) for i in range(n_trees)]
-    same = [_same_tree(est.tree_, st) for est, st in zip(model.estimators_, states)]
+    same = [_same_tree(est.tree_, st) for est, st in zip(model.estimators_, states, strict=True)]
     source = "retrained-identical"
     if not all(same):
         from sklearn.tree._tree import Tree
 
         source = "rebuilt-from-arrays"
-        for est, st in zip(model.estimators_, states):
+        for est, st in zip(model.estimators_, states, strict=True):
             k = job.n_classes
             tree = Tree(job.n_features, np.array([k], dtype=np.intp), 1)
             vals = st["values"].reshape(st["node_count"], 1, k)
@@ -282,8 +284,28 @@ def write_meta(path: str, meta: dict[str, Any]) -> None:
         json.dump(meta, fh, indent=1, default=str)
 
 
+def _orphan_watchdog(period: float = 2.0) -> None:
+    """Exit when the parent (peers.py) disappears, so a killed caller leaves no solver behind.
+
+    peers.py starts the runner in its own session (so a timeout can kill the whole group);
+    the flip side is that a SIGKILLed caller would not take the runner with it.
+    """
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(period)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="orphan-watchdog").start()
+
+
 def main_wrapper(run: Any) -> None:
     """``python run_X.py JOB.npz OUT.jsonl`` -> run(job, out_path); meta beside the output."""
+    _orphan_watchdog()
     if len(sys.argv) != 3:
         sys.stderr.write(f"usage: {sys.argv[0]} JOB.npz OUT.jsonl\n")
         sys.exit(2)

@@ -87,8 +87,12 @@ def load_dataset(name_or_path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a born-again-format CSV (row 1 names, row 2 type codes, label column ``Class``)."""
     p = Path(name_or_path)
     if not p.exists():
-        short = {"BC": "Breast-Cancer-Wisconsin", "CP": "COMPAS-ProPublica", "FI": "FICO",
-                 "PD": "Pima-Diabetes"}
+        short = {
+            "BC": "Breast-Cancer-Wisconsin",
+            "CP": "COMPAS-ProPublica",
+            "FI": "FICO",
+            "PD": "Pima-Diabetes",
+        }
         p = DATASETS / f"{short.get(str(name_or_path), str(name_or_path))}.csv"
     with open(p, encoding="utf-8") as fh:
         names = fh.readline().strip().split(",")
@@ -246,6 +250,79 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+def run_job(
+    name: str,
+    job: str | os.PathLike[str],
+    *,
+    timeout: float,
+    nice: int = 10,
+    verbose: bool = False,
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
+    """Run peer ``name`` on a job ``.npz`` made by :func:`make_job`.
+
+    Returns the runner's records by query index (as the runner wrote them, before the host
+    re-check that :func:`run_peer` adds) and its meta, plus returncode / timed_out / wall_s
+    / stderr_tail. On ``timeout`` the runner's whole process group is killed; the records
+    finished by then are kept.
+    """
+    py = peer_python(name)
+    job = Path(job)
+    with tempfile.TemporaryDirectory(prefix=f"peer-{name}-out-") as d:
+        out = Path(d) / "out.jsonl"
+        meta_p = Path(d) / "out.meta.json"
+        err_p = Path(d) / "stderr.log"
+        cmd = [str(py), str(HERE / PEERS[name]["runner"]), str(job.resolve()), str(out)]
+        if nice:
+            cmd = ["nice", "-n", str(int(nice)), *cmd]
+        env = dict(os.environ)
+        env.pop("PYTHONPATH", None)
+        env.pop("VIRTUAL_ENV", None)
+        env["PYTHONUNBUFFERED"] = "1"
+        timed_out = False
+        t0 = time.perf_counter()
+        with open(err_p, "wb") as err:
+            proc = subprocess.Popen(
+                cmd, cwd=str(HERE), stdout=err, stderr=err, env=env, start_new_session=True
+            )
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+                rc = proc.returncode
+            except BaseException:
+                _kill_group(proc)
+                raise
+        wall = time.perf_counter() - t0
+        stderr = err_p.read_text(errors="replace")
+        if verbose:
+            sys.stderr.write(stderr)
+        meta: dict[str, Any] = {}
+        if meta_p.exists():
+            try:
+                meta = json.loads(meta_p.read_text())
+            except json.JSONDecodeError:
+                meta = {}
+        meta.update(
+            {
+                "returncode": rc,
+                "timed_out": timed_out,
+                "wall_s": wall,
+                "guard_s": timeout,
+                "stderr_tail": stderr[-3000:],
+            }
+        )
+        got: dict[int, dict[str, Any]] = {}
+        if out.exists():
+            for line in out.read_text().splitlines():
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a kill
+                got[int(r["i"])] = r
+    return got, meta
+
+
 def run_peer_full(
     name: str,
     forest: Any,
@@ -268,7 +345,7 @@ def run_peer_full(
     verbose: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Like :func:`run_peer`, and also return the runner's meta (versions, set-up time...)."""
-    py = peer_python(name)
+    peer_python(name)  # fail early when the venv is missing
     norm = norm.lower()
     if norm not in PEERS[name]["norms"]:
         raise ValueError(f"{name} does not support norm {norm!r} (supports {PEERS[name]['norms']})")
@@ -293,55 +370,21 @@ def run_peer_full(
     tmp = tempfile.TemporaryDirectory(prefix=f"peer-{name}-", dir=workdir)
     try:
         job = make_job(
-            Path(tmp.name) / "job.npz", forest, X_q, t_idx, X_train=X_train, y_train=y_train,
-            feature_types=feature_types, lower=lower, upper=upper,
-            feature_names=feature_names, options=opts,
+            Path(tmp.name) / "job.npz",
+            forest,
+            X_q,
+            t_idx,
+            X_train=X_train,
+            y_train=y_train,
+            feature_types=feature_types,
+            lower=lower,
+            upper=upper,
+            feature_names=feature_names,
+            options=opts,
         )
-        out = Path(tmp.name) / "out.jsonl"
-        meta_p = Path(tmp.name) / "out.meta.json"
-        err_p = Path(tmp.name) / "stderr.log"
-        cmd = [str(py), str(HERE / PEERS[name]["runner"]), str(job), str(out)]
-        if nice:
-            cmd = ["nice", "-n", str(int(nice)), *cmd]
         guard = timeout if timeout is not None else default_timeout(name, len(X_q), time_limit)
-        env = dict(os.environ)
-        env.pop("PYTHONPATH", None)
-        env.pop("VIRTUAL_ENV", None)
-        env["PYTHONUNBUFFERED"] = "1"
-        timed_out = False
-        t0 = time.perf_counter()
-        with open(err_p, "wb") as err:
-            proc = subprocess.Popen(cmd, cwd=str(HERE), stdout=err, stderr=err, env=env,
-                                    start_new_session=True)
-            try:
-                rc = proc.wait(timeout=guard)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-                rc = proc.returncode
-            except BaseException:
-                _kill_group(proc)
-                raise
-        wall = time.perf_counter() - t0
-        stderr = err_p.read_text(errors="replace")
-        if verbose:
-            sys.stderr.write(stderr)
-        meta: dict[str, Any] = {}
-        if meta_p.exists():
-            try:
-                meta = json.loads(meta_p.read_text())
-            except json.JSONDecodeError:
-                meta = {}
-        meta.update({"returncode": rc, "timed_out": timed_out, "wall_s": wall,
-                     "guard_s": guard, "stderr_tail": stderr[-3000:]})
-        got: dict[int, dict[str, Any]] = {}
-        if out.exists():
-            for line in out.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a kill
-                got[int(r["i"])] = r
+        got, meta = run_job(name, job, timeout=guard, nice=nice, verbose=verbose)
+        timed_out, rc, stderr = meta["timed_out"], meta["returncode"], meta["stderr_tail"]
     finally:
         tmp.cleanup()
 
@@ -351,13 +394,29 @@ def run_peer_full(
         r = got.get(i)
         if r is None:
             why = "timeout" if timed_out else "not_run"
-            detail = (f"whole-run timeout after {guard:.0f}s" if timed_out
-                      else f"runner exited with {rc}: {stderr.strip().splitlines()[-1:]}")
-            r = {"i": i, "peer": name, "target": int(t_idx[i]), "status": why, "time_s": None,
-                 "counterfactual": None, "valid": False, "proved_optimal": None,
-                 "peer_status": None, "peer_objective": None, "lower_bound": None,
-                 "dist_l1": None, "dist_l2": None, "dist_linf": None, "dist_l1_range": None,
-                 "error": detail}
+            detail = (
+                f"whole-run timeout after {guard:.0f}s"
+                if timed_out
+                else f"runner exited with {rc}: {stderr.strip().splitlines()[-1:]}"
+            )
+            r = {
+                "i": i,
+                "peer": name,
+                "target": int(t_idx[i]),
+                "status": why,
+                "time_s": None,
+                "counterfactual": None,
+                "valid": False,
+                "proved_optimal": None,
+                "peer_status": None,
+                "peer_objective": None,
+                "lower_bound": None,
+                "dist_l1": None,
+                "dist_l2": None,
+                "dist_linf": None,
+                "dist_l1_range": None,
+                "error": detail,
+            }
         else:
             r = _host_check(r, forest, X_q[i], int(t_idx[i]), ranges)
         r["target_label"] = _py(forest.classes_[int(t_idx[i])])
@@ -414,8 +473,9 @@ def _ranges(X_train: np.ndarray, types: Any, lower: Any, upper: Any) -> np.ndarr
     return np.where(r > 0, r, 1.0)
 
 
-def _host_check(r: dict[str, Any], forest: Any, x: np.ndarray, t: int,
-                ranges: np.ndarray) -> dict[str, Any]:
+def _host_check(
+    r: dict[str, Any], forest: Any, x: np.ndarray, t: int, ranges: np.ndarray
+) -> dict[str, Any]:
     """Re-check validity and distances with the caller's own forest, in this process."""
     r = dict(r)
     r["valid_peer_env"] = r.get("valid")
@@ -463,14 +523,17 @@ def side_by_side(
 
     ds = load_dataset(dataset)
     X_tr, X_te, y_tr, y_te = train_test_split(ds["X"], ds["y"], test_size=0.2, random_state=0)
-    rf = RandomForestClassifier(n_estimators=n_estimators, max_depth=max_depth,
-                                random_state=0).fit(X_tr, y_tr)
+    rf = RandomForestClassifier(n_estimators=n_estimators, max_depth=max_depth, random_state=0).fit(
+        X_tr, y_tr
+    )
     X_q = X_te[:n_queries]
-    print(f"# {Path(ds['path']).name}: {X_tr.shape[0]} train / {X_te.shape[0]} test rows, "
-          f"{X_tr.shape[1]} features; RandomForestClassifier(n_estimators={n_estimators}, "
-          f"max_depth={max_depth}, random_state=0), test accuracy {rf.score(X_te, y_te):.3f}; "
-          f"{len(X_q)} queries (first test rows), target = the other class, norm {norm}, "
-          f"per-query limit {time_limit:g}s")
+    print(
+        f"# {Path(ds['path']).name}: {X_tr.shape[0]} train / {X_te.shape[0]} test rows, "
+        f"{X_tr.shape[1]} features; RandomForestClassifier(n_estimators={n_estimators}, "
+        f"max_depth={max_depth}, random_state=0), test accuracy {rf.score(X_te, y_te):.3f}; "
+        f"{len(X_q)} queries (first test rows), target = the other class, norm {norm}, "
+        f"per-query limit {time_limit:g}s"
+    )
     results: dict[str, Any] = {}
     for name in peers:
         if not available(name):
@@ -480,29 +543,42 @@ def side_by_side(
             print(f"\n## {name}: skipped, no {norm} support")
             continue
         recs, meta = run_peer_full(
-            name, rf, X_q, norm=norm, time_limit=time_limit, X_train=X_tr, y_train=y_tr,
-            feature_types=ds["feature_types"], feature_names=ds["feature_names"],
+            name,
+            rf,
+            X_q,
+            norm=norm,
+            time_limit=time_limit,
+            X_train=X_tr,
+            y_train=y_tr,
+            feature_types=ds["feature_types"],
+            feature_names=ds["feature_names"],
             options=(options or {}).get(name),
         )
         results[name] = {"records": recs, "meta": meta}
         f = meta.get("forest", {})
         ver = {k: meta.get(k) for k in ("oceanpy", "ortools", "dice-ml", "treecf") if k in meta}
-        print(f"\n## {name} {ver} python {meta.get('python')}; forest {f.get('source')} "
-              f"(sklearn {f.get('sklearn')}); set-up {_fmt(meta.get('setup_s'))}s; "
-              f"wall {meta['wall_s']:.1f}s" + ("; TIMED OUT" if meta["timed_out"] else ""))
+        print(
+            f"\n## {name} {ver} python {meta.get('python')}; forest {f.get('source')} "
+            f"(sklearn {f.get('sklearn')}); set-up {_fmt(meta.get('setup_s'))}s; "
+            f"wall {meta['wall_s']:.1f}s" + ("; TIMED OUT" if meta["timed_out"] else "")
+        )
         if meta.get("fatal") or meta.get("returncode"):
             print("   runner failed:", (meta.get("fatal") or meta["stderr_tail"])[-800:])
         print("| q | status | peer status | time s | L1 | L2 | Linf | valid | optimal |")
         print("|---|---|---|---|---|---|---|---|---|")
         for r in recs:
-            print(f"| {r['i']} | {r['status']} | {_fmt(r.get('peer_status'))} | "
-                  f"{_fmt(r['time_s'], 3)} | {_fmt(r['dist_l1'])} | {_fmt(r['dist_l2'])} | "
-                  f"{_fmt(r['dist_linf'])} | {_fmt(r['valid'])} | {_fmt(r['proved_optimal'])} |")
+            print(
+                f"| {r['i']} | {r['status']} | {_fmt(r.get('peer_status'))} | "
+                f"{_fmt(r['time_s'], 3)} | {_fmt(r['dist_l1'])} | {_fmt(r['dist_l2'])} | "
+                f"{_fmt(r['dist_linf'])} | {_fmt(r['valid'])} | {_fmt(r['proved_optimal'])} |"
+            )
         ts = [r["time_s"] for r in recs if r["time_s"] is not None]
         if ts:
-            print(f"   median {np.median(ts):.3f}s, max {max(ts):.3f}s per query; "
-                  f"valid {sum(bool(r['valid']) for r in recs)}/{len(recs)}; proved optimal "
-                  f"{sum(bool(r['proved_optimal']) for r in recs)}/{len(recs)}")
+            print(
+                f"   median {np.median(ts):.3g}s, max {max(ts):.3g}s per query; "
+                f"valid {sum(bool(r['valid']) for r in recs)}/{len(recs)}; proved optimal "
+                f"{sum(bool(r['proved_optimal']) for r in recs)}/{len(recs)}"
+            )
     _agreement(results)
     return results
 
@@ -513,23 +589,29 @@ def _agreement(results: dict[str, Any]) -> None:
         return
     a, b = results["ocean"]["records"], results["treecf"]["records"]
     rows = []
-    for ra, rb in zip(a, b):
+    for ra, rb in zip(a, b, strict=True):
         if ra["proved_optimal"] and rb["proved_optimal"] and ra["valid"] and rb["valid"]:
             rows.append((ra["i"], ra["dist_l1"], rb["dist_l1"]))
     if not rows:
         return
     bad = [r for r in rows if not math.isclose(r[1], r[2], rel_tol=1e-6, abs_tol=1e-6)]
-    print(f"\nOCEAN vs treecf (both proved optimal, L1): {len(rows) - len(bad)}/{len(rows)} "
-          f"agree" + (f"; DISAGREE on {bad}" if bad else ""))
+    print(
+        f"\nOCEAN vs treecf (both proved optimal, L1): {len(rows) - len(bad)}/{len(rows)} "
+        f"agree" + (f"; DISAGREE on {bad}" if bad else "")
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--demo", action="store_true",
-                   help="COMPAS, 10 trees depth 3, 5 queries through every peer")
-    g.add_argument("--calibrate", action="store_true",
-                   help="BC, 100 trees depth 5, 5 queries through every peer")
+    g.add_argument(
+        "--demo", action="store_true", help="COMPAS, 10 trees depth 3, 5 queries through every peer"
+    )
+    g.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="BC, 100 trees depth 5, 5 queries through every peer",
+    )
     ap.add_argument("--dataset", help="BC | CP | FI | PD or a CSV path (overrides the preset)")
     ap.add_argument("--trees", type=int)
     ap.add_argument("--depth", type=int)
@@ -551,8 +633,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts["ocean"] = {"num_workers": a.ocean_workers}
     if a.dice_method:
         opts["dice"] = {"method": a.dice_method}
-    res = side_by_side(ds, trees, depth, a.queries, [p for p in a.peers.split(",") if p],
-                       a.time_limit, a.norm, opts)
+    res = side_by_side(
+        ds,
+        trees,
+        depth,
+        a.queries,
+        [p for p in a.peers.split(",") if p],
+        a.time_limit,
+        a.norm,
+        opts,
+    )
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1, default=str))
     return 0

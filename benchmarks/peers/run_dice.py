@@ -24,7 +24,6 @@ import time
 import warnings
 
 import numpy as np
-
 from _common import Job, Output, log, main_wrapper, record, write_meta
 
 
@@ -50,10 +49,10 @@ class _Wrapped:
 
 
 def run(job: Job, out_path: str, meta_path: str) -> None:
-    import dice_ml
-    import pandas as pd
     from importlib.metadata import version
 
+    import dice_ml
+    import pandas as pd
     from _common import load_forest
 
     opts = job.options
@@ -65,9 +64,9 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
     cols = [f"f{j}" for j in range(job.n_features)]
     integral = [t != "continuous" for t in job.feature_types]
 
-    def frame(X: np.ndarray) -> "pd.DataFrame":
+    def frame(X: np.ndarray) -> pd.DataFrame:
         df = pd.DataFrame(np.asarray(X, dtype=np.float64), columns=cols)
-        for c, is_int in zip(cols, integral):
+        for c, is_int in zip(cols, integral, strict=True):
             if is_int:
                 df[c] = np.round(df[c].to_numpy()).astype(np.int64)
         return df
@@ -108,22 +107,39 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
             dt = time.perf_counter() - t1
             cfs = res.cf_examples_list[0].final_cfs_df
             if cfs is None or len(cfs) == 0:
-                rec = record(job, model, i, peer="dice", time_s=dt, cf=None, status="no_cf",
-                             peer_status="no counterfactual returned")
+                rec = record(
+                    job,
+                    model,
+                    i,
+                    peer="dice",
+                    time_s=dt,
+                    cf=None,
+                    status="no_cf",
+                    peer_status="no counterfactual returned",
+                )
             else:
                 C = cfs[cols].to_numpy(dtype=np.float64)
                 pred = np.argmax(model.predict_proba(C), axis=1)
                 d = np.abs(C - x).sum(axis=1)
                 order = np.lexsort((d, pred != target))  # valid first, then closest
                 cf = C[order[0]]
-                rec = record(job, model, i, peer="dice", time_s=dt, cf=cf, status="ok",
-                             peer_status=f"{len(C)} cf(s)")
+                rec = record(
+                    job,
+                    model,
+                    i,
+                    peer="dice",
+                    time_s=dt,
+                    cf=cf,
+                    status="ok",
+                    peer_status=f"{len(C)} cf(s)",
+                )
         except Exception as exc:  # noqa: BLE001 - DiCE raises when it finds nothing
             dt = time.perf_counter() - t1
             msg = f"{type(exc).__name__}: {exc}"
             status = "no_cf" if "No counterfactuals found" in str(exc) else "error"
-            rec = record(job, model, i, peer="dice", time_s=dt, cf=None, status=status,
-                         error=msg[:500])
+            rec = record(
+                job, model, i, peer="dice", time_s=dt, cf=None, status=status, error=msg[:500]
+            )
         out.write(rec)
         log(f"dice q{i}: {rec['status']} {dt:.3f}s l1={rec['dist_l1']} valid={rec['valid']}")
     out.close()

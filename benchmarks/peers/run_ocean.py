@@ -21,7 +21,6 @@ import time
 import warnings
 
 import numpy as np
-
 from _common import Job, Output, log, main_wrapper, record, write_meta
 
 
@@ -31,7 +30,7 @@ def make_mapper(job: Job):  # type: ignore[no-untyped-def]
     from ocean.feature import Feature
 
     mapping = {}
-    for j, (name, ftype) in enumerate(zip(job.feature_names, job.feature_types)):
+    for j, (name, ftype) in enumerate(zip(job.feature_names, job.feature_types, strict=True)):
         col = job.X_train[:, j]
         if ftype == "binary":
             feat = Feature(Feature.Type.BINARY)
@@ -52,10 +51,10 @@ def make_mapper(job: Job):  # type: ignore[no-untyped-def]
 
 
 def run(job: Job, out_path: str, meta_path: str) -> None:
-    import ocean
-    import ortools
     from importlib.metadata import version
 
+    import ocean
+    import ortools
     from _common import load_forest
 
     opts = job.options
@@ -83,8 +82,12 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
         "ortools": ortools.__version__,
         "forest": forest_info,
         "setup_s": setup_s,
-        "options": {"norm": norm_name, "time_limit": time_limit, "num_workers": num_workers,
-                    "random_seed": seed},
+        "options": {
+            "norm": norm_name,
+            "time_limit": time_limit,
+            "num_workers": num_workers,
+            "random_seed": seed,
+        },
     }
     write_meta(meta_path, meta)
 
@@ -97,8 +100,12 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 exp = explainer.explain(
-                    x.copy(), y=target, norm=norm, max_time=time_limit,
-                    num_workers=num_workers, random_seed=seed,
+                    x.copy(),
+                    y=target,
+                    norm=norm,
+                    max_time=time_limit,
+                    num_workers=num_workers,
+                    random_seed=seed,
                 )
             dt = time.perf_counter() - t1
             st = explainer.get_solving_status()
@@ -106,23 +113,52 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
             lb = explainer.solver.BestObjectiveBound() / scale
             if exp is None:
                 status = "infeasible" if st == "INFEASIBLE" else "no_cf"
-                rec = record(job, model, i, peer="ocean", time_s=dt, cf=None, status=status,
-                             proved_optimal=(st == "INFEASIBLE"), peer_status=st)
+                rec = record(
+                    job,
+                    model,
+                    i,
+                    peer="ocean",
+                    time_s=dt,
+                    cf=None,
+                    status=status,
+                    proved_optimal=(st == "INFEASIBLE"),
+                    peer_status=st,
+                )
             else:
                 obj = explainer.get_objective_value()
                 cf = np.asarray(exp.x, dtype=np.float64)
                 if norm == 2:  # CP objective and bound are sums of squares
                     obj, lb = math.sqrt(max(obj, 0.0)), math.sqrt(max(lb, 0.0))
-                rec = record(job, model, i, peer="ocean", time_s=dt, cf=cf, status="ok",
-                             proved_optimal=(st == "OPTIMAL"), peer_status=st,
-                             peer_objective=obj, lower_bound=lb)
+                rec = record(
+                    job,
+                    model,
+                    i,
+                    peer="ocean",
+                    time_s=dt,
+                    cf=cf,
+                    status="ok",
+                    proved_optimal=(st == "OPTIMAL"),
+                    peer_status=st,
+                    peer_objective=obj,
+                    lower_bound=lb,
+                )
         except Exception as exc:  # noqa: BLE001 - report and go on with the next query
             dt = time.perf_counter() - t1
-            rec = record(job, model, i, peer="ocean", time_s=dt, cf=None, status="error",
-                         error=f"{type(exc).__name__}: {exc}")
+            rec = record(
+                job,
+                model,
+                i,
+                peer="ocean",
+                time_s=dt,
+                cf=None,
+                status="error",
+                error=f"{type(exc).__name__}: {exc}",
+            )
         out.write(rec)
-        log(f"ocean q{i}: {rec['status']}/{rec['peer_status']} {dt:.2f}s "
-            f"l1={rec['dist_l1']} valid={rec['valid']}")
+        log(
+            f"ocean q{i}: {rec['status']}/{rec['peer_status']} {dt:.2f}s "
+            f"l1={rec['dist_l1']} valid={rec['valid']}"
+        )
     out.close()
     meta["done"] = True
     write_meta(meta_path, meta)

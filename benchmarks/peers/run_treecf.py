@@ -17,8 +17,9 @@ class 0), so the target is [0.5 + 1e-9, 2] for class 1 and [-1, 0.5 + 1e-9] for 
 
 Options: norm (must be "l1"), time_limit (s per query, default 60), node_budget
 (treecf default 2,000,000), integer_policy (True; False treats every feature as
-continuous, which is NOT our semantics for integer/binary features), warm_start (default False when any feature is integer or
-binary -- see the note in run() -- else True), search ("refine"), random_seed (0).
+continuous, which is NOT our semantics for integer/binary features), warm_start
+(default False when any feature is integer or binary -- see the note in run() -- else
+True), search ("refine"), random_seed (0).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import time
 import warnings
 
 import numpy as np
-
 from _common import Job, Output, log, main_wrapper, record, write_meta
 
 EPS = 1e-9
@@ -35,9 +35,8 @@ EPS = 1e-9
 
 def run(job: Job, out_path: str, meta_path: str) -> None:
     import treecf
-    from treecf import Counterfactual, Explainer, Target
-
     from _common import load_forest
+    from treecf import Counterfactual, Explainer, Target
 
     opts = job.options
     norm = str(opts.get("norm", "l1")).lower()
@@ -60,8 +59,11 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
     model, forest_info = load_forest(job)
     t0 = time.perf_counter()
     names = [f"f{j}" for j in range(job.n_features)]
-    policy = {n: "integer" for n, t in zip(names, job.feature_types)
-              if t != "continuous" and int_policy}
+    policy = {
+        n: "integer"
+        for n, t in zip(names, job.feature_types, strict=True)
+        if t != "continuous" and int_policy
+    }
     explainer = Explainer(model, normalizers=np.ones(job.n_features), value_policy=policy)
     if list(explainer.ir.feature_names) != names:
         raise RuntimeError(f"unexpected treecf feature names {explainer.ir.feature_names}")
@@ -72,9 +74,16 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
         "treecf": treecf.__version__,
         "forest": forest_info,
         "setup_s": setup_s,
-        "options": {"norm": norm, "time_limit": time_limit, "node_budget": node_budget,
-                    "warm_start": warm_start, "search": search, "random_seed": seed,
-                    "normalizers": 1.0, "value_policy": policy},
+        "options": {
+            "norm": norm,
+            "time_limit": time_limit,
+            "node_budget": node_budget,
+            "warm_start": warm_start,
+            "search": search,
+            "random_seed": seed,
+            "normalizers": 1.0,
+            "value_policy": policy,
+        },
     }
     write_meta(meta_path, meta)
 
@@ -87,30 +96,67 @@ def run(job: Job, out_path: str, meta_path: str) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 res = explainer.explain(
-                    x.copy(), target=targets[target], backend="exact",
-                    time_budget_s=time_limit, node_budget=node_budget,
-                    warm_start=warm_start, search=search, seed=seed,
+                    x.copy(),
+                    target=targets[target],
+                    backend="exact",
+                    time_budget_s=time_limit,
+                    node_budget=node_budget,
+                    warm_start=warm_start,
+                    search=search,
+                    seed=seed,
                 )
             dt = time.perf_counter() - t1
             stats = dict(getattr(res, "solver_stats", {}) or {})
             lb = stats.get("lower_bound")
             keep = {k: stats.get(k) for k in ("nodes_expanded", "completed", "gap")}
             if isinstance(res, Counterfactual):
-                rec = record(job, model, i, peer="treecf", time_s=dt, cf=res.x_cf, status="ok",
-                             proved_optimal=(res.proof == "optimal"), peer_status=res.proof,
-                             peer_objective=res.distance, lower_bound=lb, extra=keep)
+                rec = record(
+                    job,
+                    model,
+                    i,
+                    peer="treecf",
+                    time_s=dt,
+                    cf=res.x_cf,
+                    status="ok",
+                    proved_optimal=(res.proof == "optimal"),
+                    peer_status=res.proof,
+                    peer_objective=res.distance,
+                    lower_bound=lb,
+                    extra=keep,
+                )
             else:
                 status = "infeasible" if res.proof == "certified" else "no_cf"
-                rec = record(job, model, i, peer="treecf", time_s=dt, cf=None, status=status,
-                             proved_optimal=(res.proof == "certified"), peer_status=res.proof,
-                             lower_bound=lb, error=res.reason, extra=keep)
+                rec = record(
+                    job,
+                    model,
+                    i,
+                    peer="treecf",
+                    time_s=dt,
+                    cf=None,
+                    status=status,
+                    proved_optimal=(res.proof == "certified"),
+                    peer_status=res.proof,
+                    lower_bound=lb,
+                    error=res.reason,
+                    extra=keep,
+                )
         except Exception as exc:  # noqa: BLE001
             dt = time.perf_counter() - t1
-            rec = record(job, model, i, peer="treecf", time_s=dt, cf=None, status="error",
-                         error=f"{type(exc).__name__}: {exc}")
+            rec = record(
+                job,
+                model,
+                i,
+                peer="treecf",
+                time_s=dt,
+                cf=None,
+                status="error",
+                error=f"{type(exc).__name__}: {exc}",
+            )
         out.write(rec)
-        log(f"treecf q{i}: {rec['status']}/{rec['peer_status']} {dt:.3f}s "
-            f"l1={rec['dist_l1']} valid={rec['valid']}")
+        log(
+            f"treecf q{i}: {rec['status']}/{rec['peer_status']} {dt:.3f}s "
+            f"l1={rec['dist_l1']} valid={rec['valid']}"
+        )
     out.close()
     meta["done"] = True
     write_meta(meta_path, meta)
