@@ -43,9 +43,9 @@ def queries(Xte: np.ndarray, schema, n: int, rng) -> np.ndarray:
 
 
 def run_one(name: str, max_seconds: float, n_queries: int) -> dict:
+    from common import load
     from sklearn.ensemble import RandomForestClassifier
 
-    from common import load
     from maps_core import CounterfactualMaps
 
     Xtr, Xte, ytr, yte, schema = load(name)

@@ -15,8 +15,8 @@ Examples
 """
 
 from .adapters import flatten_model
-from .ensemble import FlatEnsemble
 from .data import Dataset, load_csv
+from .ensemble import FlatEnsemble
 from .exceptions import (
     ArtifactError,
     ArtifactNotFoundError,

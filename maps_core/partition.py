@@ -328,7 +328,7 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
                 else:
                     for k in range(c):
                         cs[k] += nv[top_c[t], k]
-            for s in range(n_samples):
+            for _ in range(n_samples):
                 for f in range(m):
                     samp[n, f] = lo[f] + np.random.randint(0, hi[f] - lo[f] + 1)
                 lab, mg = _label_active(samp[n], act, n_act, cs, nf, ncut, nl, nr, nv, roots,
@@ -481,7 +481,7 @@ class Kernel:
         # above this tolerance decides the class whatever the summation order.
         leaf = ens.node_feature < 0
         scale = float(np.abs(ens.base).max(initial=0.0))
-        for r0, r1 in zip(ens.roots, list(ens.roots[1:]) + [ens.n_nodes]):
+        for r0, r1 in zip(ens.roots, list(ens.roots[1:]) + [ens.n_nodes], strict=True):
             sl = slice(int(r0), int(r1))
             scale += float(np.abs(nv[sl][leaf[sl]]).max(initial=0.0))
         sizes = np.diff(np.concatenate([ens.roots, [ens.n_nodes]]))
@@ -619,7 +619,7 @@ def extract(
     if ties.size:
         pts = grid.cell_points(lo[ties])
         lab[ties] = (labeler or ens.predict_index)(pts)
-    info: dict[str, Any] = {k: int(v) for k, v in zip(COUNTER_NAMES, counters)}
+    info: dict[str, Any] = {k: int(v) for k, v in zip(COUNTER_NAMES, counters, strict=True)}
     info["extract_seconds"] = time.perf_counter() - t0
     info["budget_exhausted"] = stopped
     return Partition(lo=lo, hi=hi, labels=lab.astype(np.int32), counters=info)

@@ -579,7 +579,7 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     )
     cands: list[tuple[float, np.ndarray, np.ndarray, int]] = [
         (float(d), np.asarray(part.lo[r]), np.asarray(part.hi[r]), int(part.labels[r]))
-        for r, d in zip(best_id, best_d)
+        for r, d in zip(best_id, best_d, strict=True)
         if r >= 0
     ]
     refined = 0
@@ -606,9 +606,9 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
         prediction=pred, nodes_popped=int(popped), rectangles_evaluated=int(evaluated),
         regions_refined=refined,
     )
-    for d, lo_c, hi_c, lab in cands:
+    for d, lo_c, hi_c, lab_c in cands:
         out.found.append(
-            assemble(maps, x, lo_c, hi_c, _finish(opts.norm, d), lab, cmin, cmax, opts)
+            assemble(maps, x, lo_c, hi_c, _finish(opts.norm, d), lab_c, cmin, cmax, opts)
         )
     if not out.found:
         names = [str(maps.classes[i]) for i in np.flatnonzero(tmask)]

@@ -15,7 +15,7 @@ The schema plays two roles.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -219,7 +219,7 @@ class FeatureSchema:
     def __len__(self) -> int:
         return len(self.features)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Feature]:
         return iter(self.features)
 
     def __getitem__(self, i: int) -> Feature:
@@ -263,4 +263,4 @@ class FeatureSchema:
 
     def with_names(self, names: Sequence[str]) -> FeatureSchema:
         """Copy with renamed features."""
-        return FeatureSchema(tuple(replace(f, name=n) for f, n in zip(self.features, names)))
+        return FeatureSchema(tuple(replace(f, name=n) for f, n in zip(self.features, names, strict=True)))

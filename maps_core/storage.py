@@ -92,7 +92,7 @@ def save_maps(maps: CounterfactualMaps, path: str | os.PathLike[str]) -> Path:
         arrays["partition.labels"] = np.asarray(maps.partition.labels)
         for name in _INDEX:
             arrays[f"index.{name}"] = getattr(maps.index, name)
-        entries = {}
+        entries: dict[str, dict[str, Any]] = {}
         for key, arr in arrays.items():
             fname = f"{key}.npy"
             np.save(tmp / fname, np.ascontiguousarray(arr), allow_pickle=False)
@@ -105,7 +105,7 @@ def save_maps(maps: CounterfactualMaps, path: str | os.PathLike[str]) -> Path:
         size = sum((tmp / e["file"]).stat().st_size for e in entries.values())
         stats = asdict(maps.stats)
         ens = maps.ensemble
-        manifest = {
+        manifest: dict[str, Any] = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "fingerprint": maps.fingerprint,

@@ -96,7 +96,7 @@ def test_mixed_regions_keep_answers_exact_and_faithful(built, tmp_path):
     for norm in ("l1", "l2", "linf"):
         for a, b, c in zip(loaded.counterfactuals(X[:30], norm=norm),
                            full.counterfactuals(X[:30], norm=norm),
-                           loaded.counterfactuals(X[:30], norm=norm, k=3)):
+                           loaded.counterfactuals(X[:30], norm=norm, k=3), strict=True):
             assert a.best.distance == pytest.approx(b.best.distance, abs=1e-12)
             assert model.predict(a.best.x[None])[0] == a.target
             assert c.best.distance == pytest.approx(b.best.distance, abs=1e-12)
