@@ -121,17 +121,31 @@ def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, roots, tie_high, b
 
 @njit(cache=True, nogil=True)
 def _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f, top_c, stack, mn, mx):
+    """Interval bound over all trees (see :func:`_bounds_on`)."""
+    T = roots.shape[0]
+    act = np.arange(T).astype(np.int32)
+    cs = base.copy()
+    return _bounds_on(lo, hi, a, act, T, cs, nf, ncut, nl, nr, nv, roots, lb, trange, top_f,
+                      top_c, stack, mn, mx)
+
+
+@njit(cache=True, nogil=True)
+def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, roots, lb, trange, top_f, top_c,
+               stack, mn, mx):
     """Interval bound of the margin of class ``a`` over the region ``lo..hi``.
 
+    Only the trees ``act[:n_act]`` are visited; ``cs`` holds the base plus the leaf values of
+    every other tree (trees constant on an enclosing region stay constant inside it).
     Fills ``lb[b]`` (lower bound of score_a - score_b), per tree the spread of its margin
     ``trange[t]`` and its root-most undecided split ``(top_f[t], top_c[t])``; a tree that
     is constant on the region gets ``top_f[t] = -1`` and its only leaf in ``top_c[t]``.
     Returns min over b != a of lb[b].
     """
-    c = base.shape[0]
+    c = cs.shape[0]
     for b in range(c):
-        lb[b] = base[a] - base[b]
-    for t in range(roots.shape[0]):
+        lb[b] = cs[a] - cs[b]
+    for i in range(n_act):
+        t = act[i]
         for b in range(c):
             mn[b] = np.inf
             mx[b] = -np.inf
@@ -181,7 +195,7 @@ def _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f, top
 
 
 @njit(cache=True, nogil=True)
-def _prove(lo0, hi0, a, budget, tol, nf, ncut, nl, nr, nv, roots, base, tie_high, cex, ws):
+def _prove(lo0, hi0, a, budget, tol, act, n_act, cs, nf, ncut, nl, nr, nv, roots, cex, ws):
     """Exact purity test by depth-first branch-and-bound.
 
     Returns (status, nodes): status 1 = every cell of the region is class ``a`` with a
@@ -202,14 +216,15 @@ def _prove(lo0, hi0, a, budget, tol, nf, ncut, nl, nr, nv, roots, base, tie_high
         lo = slo[sp].copy()
         hi = shi[sp].copy()
         nodes += 1
-        worst = _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f,
-                        top_c, stack, mn, mx)
+        worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, roots, lb, trange,
+                           top_f, top_c, stack, mn, mx)
         if worst > tol:
             continue
         # Split at the root-most undecided node of the most uncertain tree.
         bt = -1
         br = -1.0
-        for t in range(roots.shape[0]):
+        for i in range(n_act):
+            t = act[i]
             if top_f[t] >= 0 and trange[t] > br:
                 br = trange[t]
                 bt = t
@@ -338,8 +353,8 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
                     mixed = True
                 n += 1
             if not mixed and prove_budget > 0:
-                status, pn = _prove(lo, hi, a, prove_budget, tol, nf, ncut, nl, nr, nv, roots,
-                                    base, tie_high, cex, pw)
+                status, pn = _prove(lo, hi, a, prove_budget, tol, act, n_act, cs, nf, ncut, nl,
+                                    nr, nv, roots, cex, pw)
                 counters[C_PROOF_NODES] += pn
                 if status == 1:
                     label = a
