@@ -462,8 +462,21 @@ def assemble(
         upper[integ] = np.floor(upper[integ])
     lcl[integ & np.isfinite(lower)] = True
     ucl[integ & np.isfinite(upper)] = True
+    cell_lo = g.cell_lower[lo_cells + off]
+    cell_hi = g.cell_upper[hi_cells + off]
+    cell_lcl = g.cell_lower_closed[lo_cells + off]
     p = np.clip(x, lower, upper)
     for f in np.flatnonzero(~integ):
+        x32 = float(np.float32(x[f]))
+        if (
+            p[f] == x[f]
+            and (x[f] > lower[f] or lcl[f])
+            and (x32 > cell_lo[f] or (cell_lcl[f] and x32 >= cell_lo[f]))
+            and x32 <= cell_hi[f]
+        ):
+            # x's own value is in the region and the model's view of it in the cell:
+            # leave the feature untouched (an immutable feature must not move by an ulp).
+            continue
         # The model sees float32(p): make sure that value is inside the interval.
         v32 = float(np.float32(p[f]))
         lo_f, hi_f = lower[f], upper[f]

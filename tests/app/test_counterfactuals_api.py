@@ -142,11 +142,6 @@ def test_constraints_are_passed_to_the_engine(rf_service: tuple[Service, str], r
     assert feasible > 0
 
 
-@pytest.mark.xfail(
-    reason="engine: maps_core.query rounds constrained features to float32 "
-    "(an immutable feature moves by ~1e-7 and leaves the reported region)",
-    strict=False,
-)
 def test_constraints_are_exact(rf_service: tuple[Service, str], rf: Fitted) -> None:
     svc, model_id = rf_service
     url = f"/v1/models/{model_id}/counterfactuals"
