@@ -1,0 +1,43 @@
+# cfmaps service image.
+#   podman build --pull=never --format docker -t cfmaps .    (or: docker build -t cfmaps .)
+#   podman run -p 8000:8000 -e CFMAPS_ADMIN_TOKEN=... -v cfmaps-data:/data cfmaps
+# ("--format docker" keeps the HEALTHCHECK, which podman's default OCI format drops.)
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+# Dependencies first, read from pyproject.toml alone (core + the "service" extra): this layer
+# is rebuilt only when pyproject.toml changes, not on every source edit.
+WORKDIR /src
+COPY pyproject.toml ./
+RUN python -c "import subprocess, sys, tomllib; \
+p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+deps = p['dependencies'] + p['optional-dependencies']['service']; \
+subprocess.check_call([sys.executable, '-m', 'pip', 'install', *deps])"
+
+# The project itself (what .dockerignore lets through), without touching the dependencies.
+COPY . ./
+RUN python -m pip install --no-deps . \
+    && cd / && rm -rf /src
+
+# An unprivileged user owns the data directory; everything else stays root-owned.
+RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cfmaps cfmaps \
+    && mkdir -p /data \
+    && chown cfmaps:cfmaps /data
+
+ENV CFMAPS_DATA_DIR=/data \
+    NUMBA_CACHE_DIR=/tmp/numba-cache
+VOLUME ["/data"]
+WORKDIR /home/cfmaps
+USER cfmaps
+EXPOSE 8000
+
+# No curl in the slim image: probe /readyz with Python (urlopen raises on a non-2xx answer).
+HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4); sys.exit(0)"]
+
+CMD ["cfmaps", "serve", "--host", "0.0.0.0", "--port", "8000"]

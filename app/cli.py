@@ -1,0 +1,668 @@
+"""The ``cfmaps`` command line: ``build``, ``query``, ``serve`` and ``demo``.
+
+Examples
+--------
+Build the maps of a model saved with skops, inferring the feature schema from its
+training data, then ask for the nearest counterfactual of one input::
+
+    cfmaps build model.skops --data train.csv --target-column DEFAULT --out maps/credit
+    cfmaps query maps/credit --instance '{"LIMIT_BAL": 20000, "AGE": 24, ...}' --target 0
+
+Serve every model under a data directory, or the shipped credit-risk demo::
+
+    cfmaps serve --data-dir ./data --port 8000
+    cfmaps demo
+
+Exit status: 0 on success, 1 when the command fails (bad model, bad schema, bad input...),
+2 on a usage error; the reason is printed on stderr as ``cfmaps: error: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from maps_core import CounterfactualMaps, Feature, FeatureSchema, MapsError
+from maps_core.results import CounterfactualResult
+
+#: Type codes of the two-row CSV header (row 1 names, row 2 codes): binary, discrete
+#: (integer), float, categorical ("E"numerated, strings or codes) and target.
+TYPE_CODES = frozenset({"B", "D", "F", "E", "T"})
+
+
+class CLIError(Exception):
+    """A failure to report to the user as ``cfmaps: error: <message>`` (exit status 1)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Model files
+# --------------------------------------------------------------------------------------------
+def load_model_file(path: str | os.PathLike[str], *, trust_pickle: bool = False) -> Any:
+    """Load a fitted model from a skops file (or a pickle/joblib file if trusted).
+
+    Uses the service's safe loader (:func:`app.modelio.load_model_file`), so the CLI and the
+    HTTP API accept and refuse exactly the same files, then checks the trees' node arrays.
+
+    Parameters
+    ----------
+    path : path-like
+        A skops file; or a pickle / joblib file when ``trust_pickle`` is true.
+    trust_pickle : bool
+        Allow pickle and joblib files, which run arbitrary code when loaded.
+
+    Raises
+    ------
+    CLIError
+        Missing file, unknown format, untrusted content, or a pickle without
+        ``trust_pickle``.
+    """
+    from app.errors import ApiError
+    from app.modelio import load_model_file as safe_load
+
+    p = Path(path)
+    if not p.is_file():
+        raise CLIError(f"model file not found: {p}")
+    try:
+        model, _fmt = safe_load(p, trust_pickle=trust_pickle)
+    except ApiError as exc:
+        msg = exc.message.replace("CFMAPS_TRUST_PICKLE=true", "--trust-pickle")
+        raise CLIError(f"cannot load model {p}: {msg}") from exc
+    _check_trees(model)
+    return model
+
+
+def _check_trees(model: Any) -> None:
+    """Reject trees whose node arrays point outside themselves (crafted files)."""
+    estimators: list[Any] = []
+    if hasattr(model, "tree_"):
+        estimators = [model]
+    elif hasattr(model, "estimators_"):
+        estimators = list(np.asarray(model.estimators_, dtype=object).ravel())
+    n_features = int(getattr(model, "n_features_in_", 0) or 0)
+    for est in estimators:
+        tree = getattr(est, "tree_", None)
+        if tree is None:
+            continue
+        n = int(tree.node_count)
+        left, right, feat = tree.children_left, tree.children_right, tree.feature
+        internal = left >= 0
+        ok = (
+            len(left) == len(right) == len(feat) == n
+            and np.all((right >= 0) == internal)
+            and np.all(left[internal] < n)
+            and np.all(right[internal] < n)
+            and np.all(left[internal] > np.nonzero(internal)[0])
+            and np.all(right[internal] > np.nonzero(internal)[0])
+            and np.all(feat[internal] >= 0)
+            and (n_features == 0 or np.all(feat[internal] < n_features))
+        )
+        if not ok:
+            raise CLIError("the model file holds a malformed tree (node indices out of range)")
+
+
+# --------------------------------------------------------------------------------------------
+# Schemas: --spec and --data
+# --------------------------------------------------------------------------------------------
+def load_spec(path: str | os.PathLike[str]) -> FeatureSchema:
+    """Feature schema from a spec JSON file.
+
+    The file is the ``spec`` of ``POST /v1/models``: an object with ``features`` (a list of
+    ``{name, type, lower, upper, group, mutable, direction, weight}``) and optionally ``name``
+    and ``classes``; a bare list of features is accepted too.
+    """
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise CLIError(f"spec file not found: {p}") from exc
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CLIError(f"spec {p} is not valid JSON: {exc}") from exc
+    feats = doc.get("features") if isinstance(doc, dict) else doc
+    if not isinstance(feats, list):
+        raise CLIError(f"spec {p}: expected an object with a 'features' list")
+    try:
+        return FeatureSchema.from_dicts(feats)
+    except MapsError as exc:
+        raise CLIError(f"spec {p}: {exc}") from exc
+
+
+def read_csv_table(
+    path: str | os.PathLike[str],
+) -> tuple[list[str], list[str] | None, list[list[str]]]:
+    """Read a CSV with one header row, or the project's two-row header.
+
+    Returns
+    -------
+    names : list of str
+    codes : list of str or None
+        The type codes of row 2 (``B``, ``D``, ``F``, ``E``, ``T``) when the file has them.
+    rows : list of list of str
+    """
+    p = Path(path)
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except FileNotFoundError as exc:
+        raise CLIError(f"data file not found: {p}") from exc
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise CLIError(f"cannot read {p}: {exc}") from exc
+    if len(rows) < 2:
+        raise CLIError(f"{p}: expected a header row and at least one data row")
+    names = [c.strip() for c in rows[0]]
+    codes: list[str] | None = None
+    second = [c.strip().upper() for c in rows[1]]
+    if len(second) == len(names) and all(c in TYPE_CODES for c in second):
+        codes = second
+        rows = rows[1:]
+    data = rows[1:]
+    if not data:
+        raise CLIError(f"{p}: no data rows")
+    for i, r in enumerate(data):
+        if len(r) != len(names):
+            line = i + (3 if codes else 2)
+            raise CLIError(f"{p}, line {line}: {len(r)} fields, the header has {len(names)}")
+    return names, codes, data
+
+
+_MISSING = {"", "na", "nan", "?", "null", "none"}
+
+
+def _to_float(v: str, column: str, line: int, path: str) -> float:
+    s = v.strip()
+    if s.lower() in _MISSING:
+        return math.nan
+    try:
+        return float(s)
+    except ValueError:
+        raise CLIError(
+            f"{path}, line {line}: column {column!r} has the non-numeric value {s!r}; the data "
+            "must hold the model's numeric input columns (one-hot encode categories first)"
+        ) from None
+
+
+def schema_from_data(
+    path: str | os.PathLike[str],
+    target_column: str | None,
+    model: Any,
+) -> tuple[FeatureSchema, np.ndarray]:
+    """Infer the feature schema of ``model`` from its training data in a CSV file.
+
+    The feature columns are the model's ``feature_names_in_`` when it has them (extra columns
+    are ignored), otherwise every column except the target. Types and bounds come from
+    :meth:`maps_core.FeatureSchema.infer`; a two-row header's type codes take precedence
+    (``B`` binary, ``D`` integer, ``F`` continuous, ``E`` integer codes), and the ``T`` column
+    is the target when ``target_column`` is not given.
+
+    Returns
+    -------
+    schema : FeatureSchema
+    X : ndarray of shape (n_samples, n_features)
+        The feature columns, in model order.
+    """
+    names, codes, rows = read_csv_table(path)
+    where = str(path)
+    if target_column is None and codes is not None and codes.count("T") == 1:
+        target_column = names[codes.index("T")]
+    if target_column is not None and target_column not in names:
+        raise CLIError(f"{where}: no column named {target_column!r}; columns are {names}")
+    model_names = getattr(model, "feature_names_in_", None)
+    if model_names is not None:
+        feature_names = [str(n) for n in model_names]
+        missing = [n for n in feature_names if n not in names]
+        if missing:
+            raise CLIError(f"{where}: the model's input columns {missing} are not in the file")
+    else:
+        if target_column is None:
+            raise CLIError(
+                f"{where}: say which column is the label with --target-column "
+                "(it is left out of the features)"
+            )
+        feature_names = [n for n in names if n != target_column]
+        n_in = getattr(model, "n_features_in_", None)
+        if n_in is not None and len(feature_names) != int(n_in):
+            raise CLIError(
+                f"{where}: {len(feature_names)} feature columns besides {target_column!r}, "
+                f"but the model expects {int(n_in)}"
+            )
+    cols = [names.index(n) for n in feature_names]
+    offset = 3 if codes else 2
+    X = np.array(
+        [[_to_float(r[j], names[j], i + offset, where) for j in cols] for i, r in enumerate(rows)],
+        dtype=np.float64,
+    )
+    if np.isinf(X).any():
+        j = int(np.argwhere(np.isinf(X))[0][1])
+        raise CLIError(f"{where}: column {feature_names[j]!r} has an infinite value")
+    try:
+        schema = FeatureSchema.infer(X, feature_names)
+    except MapsError as exc:
+        raise CLIError(f"{where}: {exc}") from exc
+    if codes is not None:
+        schema = apply_type_codes(schema, [codes[j] for j in cols], X)
+    return schema, X
+
+
+def apply_type_codes(schema: FeatureSchema, codes: Sequence[str], X: np.ndarray) -> FeatureSchema:
+    """Let a two-row header's type codes decide the feature types.
+
+    ``B`` makes a 0/1 column binary, ``D`` and ``E`` make an all-integral column integer, and
+    ``F`` keeps a column continuous even when its values happen to be whole numbers. A code
+    the data contradicts (``B`` on a column holding a 2) leaves the inferred type.
+    """
+    feats: list[Feature] = []
+    for j, (f, code) in enumerate(zip(schema.features, codes, strict=True)):
+        col = X[:, j][np.isfinite(X[:, j])]
+        integral = bool(col.size) and bool(np.all(col == np.round(col)))
+        binary = bool(col.size) and bool(np.all((col == 0) | (col == 1)))
+        if code == "B" and binary:
+            f = replace(f, type="binary", lower=0.0, upper=1.0)
+        elif code in ("D", "E") and integral:
+            f = replace(f, type="integer")
+        elif code == "F":
+            f = replace(f, type="continuous")
+        feats.append(f)
+    return FeatureSchema(tuple(feats))
+
+
+# --------------------------------------------------------------------------------------------
+# Progress bar
+# --------------------------------------------------------------------------------------------
+class ProgressBar:
+    """A plain-text progress bar on a stream, safe to call from worker threads.
+
+    On a terminal it redraws one line (at most ten times a second); otherwise it prints a
+    line at every tenth of the way, so logs stay readable.
+    """
+
+    def __init__(self, label: str, stream: IO[str] | None = None, width: int = 30) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.t0 = time.perf_counter()
+        self._lock = threading.Lock()
+        self._last_draw = 0.0
+        self._last_step = -1
+        self._frac = 0.0
+        self._closed = False
+
+    def __call__(self, fraction: float) -> None:
+        try:
+            frac = min(max(float(fraction), 0.0), 1.0)
+        except (TypeError, ValueError):
+            return
+        with self._lock:
+            if self._closed or not math.isfinite(frac):
+                return
+            self._frac = max(self._frac, frac)
+            now = time.perf_counter()
+            if self.tty:
+                if now - self._last_draw >= 0.1 or self._frac >= 1.0:
+                    self._draw(now)
+            else:
+                step = int(self._frac * 10)
+                if step > self._last_step:
+                    self._last_step = step
+                    self._draw(now)
+
+    def render(self, now: float | None = None) -> str:
+        """The bar as text, e.g. ``building maps [#########.....]  60%  3.2s``."""
+        elapsed = (time.perf_counter() if now is None else now) - self.t0
+        filled = int(round(self._frac * self.width))
+        bar = "#" * filled + "." * (self.width - filled)
+        return f"{self.label} [{bar}] {self._frac * 100:3.0f}%  {elapsed:.1f}s"
+
+    def _draw(self, now: float) -> None:
+        self._last_draw = now
+        if self.tty:
+            self.stream.write("\r" + self.render(now))
+        else:
+            self.stream.write(self.render(now) + "\n")
+        self.stream.flush()
+
+    def close(self, done: bool = True) -> None:
+        """Finish the bar (at 100 % when ``done``) and end its line."""
+        with self._lock:
+            if self._closed:
+                return
+            if done:
+                self._frac = 1.0
+            if self.tty or (done and self._last_step < 10):
+                self._draw(time.perf_counter())
+            if self.tty:
+                self.stream.write("\n")
+                self.stream.flush()
+            self._closed = True
+
+
+# --------------------------------------------------------------------------------------------
+# JSON answers
+# --------------------------------------------------------------------------------------------
+def _py(v: Any) -> Any:
+    """numpy scalars -> plain Python values."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def result_to_dict(
+    maps: CounterfactualMaps, res: CounterfactualResult, k: int = 1
+) -> dict[str, Any]:
+    """The JSON form of one answer: the same object as ``POST .../counterfactuals`` returns.
+
+    Fields: ``prediction``, ``target``, ``feasible``, ``reason`` (why not, when infeasible),
+    ``counterfactual`` (by feature name), ``changes`` (changed features only, each
+    ``{"from", "to"}``), ``distance`` (certified optimum), ``counterfactual_distance``,
+    ``region`` (per feature ``lower``, ``upper``, ``lower_closed``, ``upper_closed``; null for
+    an unbounded end), ``optimal``, ``stats``, and ``alternatives`` (the next-best
+    counterfactuals, from distinct regions) when ``k > 1``.
+    """
+    from app.schemas import FeatureCodec, json_float
+
+    codec = FeatureCodec(maps.feature_names, maps.schema.integral_mask().tolist())
+    q = np.asarray(res.query, dtype=np.float64)
+
+    def one(cf: Any) -> dict[str, Any]:
+        x = np.asarray(cf.x, dtype=np.float64)
+        return {
+            "counterfactual": codec.point(x),
+            "changes": codec.changes(q, x),
+            "distance": json_float(cf.distance),
+            "counterfactual_distance": json_float(cf.counterfactual_distance),
+            "region": codec.region(cf.region),
+        }
+
+    out: dict[str, Any] = {
+        "prediction": _py(res.prediction),
+        "target": _py(res.target),
+        "feasible": bool(res.feasible),
+        "reason": res.reason,
+    }
+    if res.best is not None:
+        out.update(one(res.best))
+    else:
+        out.update(
+            counterfactual=None,
+            changes=None,
+            distance=None,
+            counterfactual_distance=None,
+            region=None,
+        )
+    out["optimal"] = True  # the engine certifies its answer, "infeasible" included
+    s = res.stats
+    out["stats"] = {
+        "nodes_popped": int(s.nodes_popped),
+        "rectangles_evaluated": int(s.rectangles_evaluated),
+        "regions_refined": int(s.regions_refined),
+        "seconds": float(s.seconds),
+    }
+    if k > 1:
+        out["alternatives"] = [
+            {"target": _py(cf.target), **one(cf)} for cf in res.counterfactuals[1:]
+        ]
+    return out
+
+
+def parse_instance(text: str, names: Sequence[str]) -> list[float]:
+    """One input from JSON: a list in feature order or an object keyed by feature name.
+
+    ``text`` may also be ``@path`` (read the JSON from a file) or ``-`` (from stdin).
+    """
+    if text == "-":
+        text = sys.stdin.read()
+    elif text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CLIError(f"--instance: cannot read {text[1:]}: {exc}") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"--instance is not valid JSON: {exc}") from exc
+    if isinstance(doc, dict):
+        unknown = [k for k in doc if k not in names]
+        if unknown:
+            raise CLIError(f"--instance: unknown features {unknown}; features are {list(names)}")
+        missing = [n for n in names if n not in doc]
+        if missing:
+            raise CLIError(f"--instance: missing features {missing}")
+        values = [doc[n] for n in names]
+    elif isinstance(doc, list):
+        if len(doc) != len(names):
+            raise CLIError(f"--instance: expected {len(names)} values, got {len(doc)}")
+        values = doc
+    else:
+        raise CLIError("--instance must be a JSON list or an object keyed by feature name")
+    out = []
+    for n, v in zip(names, values, strict=True):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise CLIError(f"--instance: feature {n!r} must be a number, got {v!r}")
+        if not math.isfinite(float(v)):
+            raise CLIError(f"--instance: feature {n!r} must be finite, got {v!r}")
+        out.append(float(v))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+def cmd_build(args: argparse.Namespace) -> int:
+    model = load_model_file(args.model, trust_pickle=args.trust_pickle)
+    if args.spec is not None:
+        schema: FeatureSchema | None = load_spec(args.spec)
+    elif args.data is not None:
+        schema, _ = schema_from_data(args.data, args.target_column, model)
+        _print_schema(schema, sys.stderr)
+    else:
+        schema = None
+    bar = None if args.no_progress else ProgressBar("building maps")
+    try:
+        maps = CounterfactualMaps.build(
+            model,
+            schema,
+            max_rectangles=args.max_rectangles,
+            max_seconds=args.max_seconds,
+            progress=bar,
+            n_jobs=args.jobs,
+        )
+    finally:
+        if bar is not None:
+            bar.close(done=sys.exc_info()[0] is None)
+    out = maps.save(args.out)
+    st = maps.stats
+    size = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
+    per_class = ", ".join(
+        f"{_py(c)}: {n}" for c, n in zip(maps.classes, st.rectangles_per_class, strict=True)
+    )
+    print(f"wrote maps to {out}")
+    print(f"  rectangles: {st.rectangles} ({per_class})")
+    if st.mixed_regions:
+        print(
+            f"  unresolved regions: {st.mixed_regions} (budget reached; queries refine them "
+            "on demand and stay exact)"
+        )
+    print(f"  build time: {st.seconds:.2f} s, size on disk: {size} bytes")
+    return 0
+
+
+def _print_schema(schema: FeatureSchema, stream: IO[str]) -> None:
+    stream.write("inferred feature schema:\n")
+    for f in schema.features:
+        lo = "-inf" if f.lower is None else f"{f.lower:g}"
+        hi = "+inf" if f.upper is None else f"{f.upper:g}"
+        stream.write(f"  {f.name}: {f.type} [{lo}, {hi}]\n")
+    stream.flush()
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    if not Path(args.maps).is_dir():
+        raise CLIError(f"no maps directory at {args.maps} (create one with 'cfmaps build')")
+    maps = CounterfactualMaps.load(args.maps)
+    x = parse_instance(args.instance, maps.feature_names)
+    if args.k < 1:
+        raise CLIError("--k must be at least 1")
+    res = maps.counterfactual(x, args.target, norm=args.norm, k=args.k)
+    json.dump(result_to_dict(maps, res, args.k), sys.stdout, indent=2 if args.pretty else None)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _make_settings(data_dir: str | None) -> Any:
+    from app.settings import Settings
+
+    overrides: dict[str, Any] = {"data_dir": Path(data_dir)} if data_dir else {}
+    return Settings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = _make_settings(args.data_dir)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(host=args.host, port=args.port, data_dir=args.data_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# Parser and entry point
+# --------------------------------------------------------------------------------------------
+def _positive_float(s: str) -> float:
+    v = float(s)
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {s}")
+    return v
+
+
+def _positive_int(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {s}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cfmaps",
+        description="Exact counterfactual explanations for scikit-learn tree ensembles.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    b = sub.add_parser(
+        "build",
+        help="build the counterfactual maps of a model",
+        description="Extract, certify and index the maps of a fitted model and save them.",
+    )
+    b.add_argument("model", metavar="MODEL", help="model file (.skops; pickle/joblib if trusted)")
+    src = b.add_mutually_exclusive_group()
+    src.add_argument("--spec", metavar="SPEC.json", help="feature spec (as for POST /v1/models)")
+    src.add_argument(
+        "--data",
+        metavar="TRAIN.csv",
+        help="infer the feature schema (types, bounds, scales) from the training data; a "
+        "two-row header (names, then type codes B/D/F/E/T) is understood",
+    )
+    b.add_argument("--target-column", metavar="COL", help="label column of --data (left out)")
+    b.add_argument("--out", required=True, metavar="DIR", help="directory to write the maps to")
+    b.add_argument("--max-seconds", type=_positive_float, metavar="S", help="time budget")
+    b.add_argument("--max-rectangles", type=_positive_int, metavar="N", help="size budget")
+    b.add_argument("--jobs", type=_positive_int, metavar="J", help="worker threads (all cores)")
+    b.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="accept pickle/joblib model files (they run arbitrary code when loaded)",
+    )
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.set_defaults(func=cmd_build)
+
+    q = sub.add_parser(
+        "query",
+        help="print the nearest counterfactual of an input as JSON",
+        description="Answer one exact counterfactual query from saved maps.",
+    )
+    q.add_argument("maps", metavar="DIR", help="maps directory written by 'cfmaps build'")
+    q.add_argument(
+        "--instance",
+        required=True,
+        metavar="JSON",
+        help="the input: a JSON list in feature order or an object keyed by feature name "
+        "(@FILE reads it from a file, - from stdin)",
+    )
+    q.add_argument("--target", metavar="T", help="desired class (default: nearest other class)")
+    q.add_argument(
+        "--norm", default="l1", choices=("l1", "l2", "linf"), help="distance (default: l1)"
+    )
+    q.add_argument("--k", type=int, default=1, metavar="K", help="number of counterfactuals")
+    q.add_argument("--pretty", action="store_true", help="indent the JSON")
+    q.set_defaults(func=cmd_query)
+
+    s = sub.add_parser(
+        "serve",
+        help="run the HTTP service",
+        description="Serve every model under the data directory (settings: CFMAPS_* env vars).",
+    )
+    s.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    s.add_argument("--data-dir", metavar="D", help="data directory (default: $CFMAPS_DATA_DIR)")
+    s.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    s.set_defaults(func=cmd_serve)
+
+    d = sub.add_parser(
+        "demo",
+        help="train, build and serve a credit-risk demo model",
+        description="Train a credit-risk random forest on the shipped UCI credit data, build "
+        "its maps in the service, serve it, and print a curl command to try.",
+    )
+    d.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    d.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    d.add_argument(
+        "--data-dir",
+        metavar="D",
+        help="keep the demo's data here and reuse it next time (default: a temporary directory)",
+    )
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``cfmaps`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "build" and args.target_column and not args.data:
+        parser.error("--target-column goes with --data")
+    try:
+        return int(args.func(args))
+    except CLIError as exc:
+        _fail(str(exc))
+    except MapsError as exc:
+        field = getattr(exc, "field", None)
+        _fail(f"{exc}" + (f" (field: {field})" if field else ""))
+    except KeyboardInterrupt:
+        sys.stderr.write("\ninterrupted\n")
+        return 130
+    return 1
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"cfmaps: error: {message}\n")
+    sys.stderr.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

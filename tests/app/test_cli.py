@@ -1,0 +1,404 @@
+"""The ``cfmaps`` command line: build (from --spec and from --data), query, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import joblib
+import numpy as np
+import pytest
+import skops.io as sio
+from sklearn.ensemble import RandomForestClassifier
+
+from app.cli import ProgressBar, main, read_csv_table, schema_from_data
+from maps_core import CounterfactualMaps
+
+NAMES = ["income", "age", "late", "debt"]
+
+
+def _data(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Integer-valued features (income, age, late (0/1), debt) and a binary label."""
+    rng = np.random.default_rng(seed)
+    income = rng.integers(10, 100, n)
+    age = rng.integers(18, 80, n)
+    late = rng.integers(0, 2, n)
+    debt = rng.integers(0, 50, n)
+    y = ((income - debt - 25 * late + rng.normal(0, 10, n)) < 30).astype(int)
+    return np.column_stack([income, age, late, debt]).astype(float), y
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[RandomForestClassifier, np.ndarray, np.ndarray]:
+    X, y = _data()
+    model = RandomForestClassifier(n_estimators=8, max_depth=3, random_state=0).fit(X, y)
+    return model, X, y
+
+
+@pytest.fixture()
+def model_file(tmp_path: Path, fitted: Any) -> Path:
+    path = tmp_path / "model.skops"
+    sio.dump(fitted[0], path)
+    return path
+
+
+def _spec() -> dict[str, Any]:
+    return {
+        "name": "toy",
+        "features": [
+            {"name": "income", "type": "integer", "lower": 0, "upper": 200},
+            {"name": "age", "type": "integer", "lower": 18, "upper": 100, "mutable": False},
+            {"name": "late", "type": "binary"},
+            {"name": "debt", "type": "integer", "lower": 0, "upper": 100},
+        ],
+    }
+
+
+def _write_csv(path: Path, X: np.ndarray, y: np.ndarray, two_row: bool, target: str) -> None:
+    lines = [",".join([*NAMES, target])]
+    if two_row:
+        lines.append("D,D,B,D,T")
+    lines += [",".join(str(int(v)) for v in [*row, label]) for row, label in zip(X, y, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _query(capsys: pytest.CaptureFixture[str], maps_dir: Path, *extra: str) -> dict[str, Any]:
+    code, out, err = _run(capsys, "query", str(maps_dir), *extra)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert isinstance(doc, dict)
+    return doc
+
+
+# ------------------------------------------------------------------------------------------
+# build + query
+# ------------------------------------------------------------------------------------------
+def test_build_with_spec_then_query(
+    tmp_path: Path, model_file: Path, fitted: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, X, _ = fitted
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(_spec()))
+    out = tmp_path / "maps"
+    code, stdout, err = _run(capsys, "build", str(model_file), "--spec", str(spec), "--out", str(out))
+    assert code == 0, err
+    assert "wrote maps to" in stdout
+    assert "100%" in err  # the progress bar ran to the end
+    maps = CounterfactualMaps.load(out)
+    assert maps.feature_names == NAMES
+    assert [f.type for f in maps.schema] == ["integer", "integer", "binary", "integer"]
+
+    x = X[0]
+    pred = model.predict(x[None])[0]
+    target = 1 - pred
+    instance = dict(zip(NAMES, (int(v) for v in x), strict=True))
+    doc = _query(capsys, out, "--instance", json.dumps(instance), "--target", str(target))
+    assert doc["prediction"] == pred
+    assert doc["target"] == target
+    assert doc["feasible"] is True and doc["optimal"] is True
+    cf = np.array([doc["counterfactual"][n] for n in NAMES], dtype=float)
+    assert model.predict(cf[None])[0] == target
+    assert cf[1] == x[1]  # age is immutable in the spec
+    assert set(doc["changes"]) == {n for n, a, b in zip(NAMES, x, cf, strict=True) if a != b}
+    for n, ch in doc["changes"].items():
+        assert ch == {"from": instance[n], "to": doc["counterfactual"][n]}
+    assert doc["distance"] > 0
+    assert doc["counterfactual_distance"] == pytest.approx(doc["distance"], rel=1e-5, abs=1e-9)
+    assert set(doc["region"]) == set(NAMES)
+
+
+def test_query_list_instance_norms_and_k(
+    tmp_path: Path, model_file: Path, fitted: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, X, _ = fitted
+    out = tmp_path / "maps"
+    assert main(["build", str(model_file), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    for norm in ("l1", "l2", "linf"):
+        doc = _query(capsys, out, "--instance", json.dumps(X[3].tolist()), "--norm", norm)
+        cf = np.array(list(doc["counterfactual"].values()), dtype=float)
+        assert model.predict(cf[None])[0] == doc["target"] != doc["prediction"]
+    doc = _query(capsys, out, "--instance", json.dumps(X[3].tolist()), "--k", "3")
+    alts = doc.get("alternatives", [])
+    assert len(alts) <= 2
+    dists = [doc["distance"]] + [a["distance"] for a in alts]
+    assert dists == sorted(dists)
+
+
+@pytest.mark.parametrize("two_row", [True, False])
+def test_build_with_data_infers_schema(
+    tmp_path: Path,
+    model_file: Path,
+    fitted: Any,
+    capsys: pytest.CaptureFixture[str],
+    two_row: bool,
+) -> None:
+    model, X, y = fitted
+    csv = tmp_path / "train.csv"
+    _write_csv(csv, X, y, two_row=two_row, target="label")
+    out = tmp_path / "maps"
+    argv = ["build", str(model_file), "--data", str(csv), "--out", str(out), "--no-progress"]
+    if not two_row:
+        argv += ["--target-column", "label"]  # the two-row header marks it with T
+    code, _, err = _run(capsys, *argv)
+    assert code == 0, err
+    assert "inferred feature schema" in err
+    maps = CounterfactualMaps.load(out)
+    assert maps.feature_names == NAMES
+    assert [f.type for f in maps.schema] == ["integer", "integer", "binary", "integer"]
+    income = maps.schema[0]
+    assert (income.lower, income.upper) == (X[:, 0].min(), X[:, 0].max())
+
+    doc = _query(capsys, out, "--instance", json.dumps(X[5].tolist()))
+    cf = np.array(list(doc["counterfactual"].values()), dtype=float)
+    assert model.predict(cf[None])[0] == doc["target"]
+    assert np.all(cf == np.round(cf))  # integer features stay integral
+    assert X[:, 0].min() <= cf[0] <= X[:, 0].max()  # inferred bounds hold
+
+
+def test_schema_from_data_type_codes(tmp_path: Path, fitted: Any) -> None:
+    model, X, y = fitted
+    csv = tmp_path / "train.csv"
+    lines = [",".join([*NAMES, "y"]), "F,D,B,D,T"]
+    lines += [",".join(str(int(v)) for v in [*r, t]) for r, t in zip(X, y, strict=True)]
+    csv.write_text("\n".join(lines))
+    schema, A = schema_from_data(csv, None, model)
+    # F wins over the integral values; the T column is the target
+    assert [f.type for f in schema] == ["continuous", "integer", "binary", "integer"]
+    assert A.shape == X.shape
+    names, codes, rows = read_csv_table(csv)
+    assert codes == ["F", "D", "B", "D", "T"] and len(rows) == len(X) and names[-1] == "y"
+
+
+def test_data_columns_follow_model_feature_names(tmp_path: Path) -> None:
+    X, y = _data()
+    model = RandomForestClassifier(4, max_depth=2, random_state=0).fit(X[:, ::-1], y)
+    # as if fitted on a DataFrame with columns in reverse order
+    model.feature_names_in_ = np.array(NAMES[::-1], dtype=object)
+    csv = tmp_path / "train.csv"
+    _write_csv(csv, X, y, two_row=False, target="label")
+    schema, A = schema_from_data(csv, "label", model)
+    assert schema.names == NAMES[::-1]
+    assert np.array_equal(A, X[:, ::-1])
+
+
+def test_pickle_needs_trust(tmp_path: Path, fitted: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "model.joblib"
+    joblib.dump(fitted[0], path)
+    out = tmp_path / "maps"
+    code, _, err = _run(capsys, "build", str(path), "--out", str(out), "--no-progress")
+    assert code == 1
+    assert "cfmaps: error:" in err and "skops" in err and "--trust-pickle" in err
+    assert not out.exists()
+    code, _, err = _run(capsys, "build", str(path), "--out", str(out), "--no-progress", "--trust-pickle")
+    assert code == 0, err
+    assert (out / "manifest.json").exists() or any(out.iterdir())
+
+
+# ------------------------------------------------------------------------------------------
+# errors: non-zero exit and a clear message
+# ------------------------------------------------------------------------------------------
+@pytest.fixture()
+def built(tmp_path: Path, model_file: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(_spec()))
+    out = tmp_path / "maps"
+    assert main(["build", str(model_file), "--spec", str(spec), "--out", str(out)]) == 0
+    capsys.readouterr()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("instance", "message"),
+    [
+        ('{"income": 50, "age": 30, "late": 0}', "missing features ['debt']"),
+        ('{"income": 50, "age": 30, "late": 0, "debt": 1, "zip": 9}', "unknown features"),
+        ("[1, 2, 3]", "expected 4 values, got 3"),
+        ("[1, 2, 3, ", "not valid JSON"),
+        ('[1, "a", 0, 3]', "'age' must be a number"),
+        ('"hello"', "JSON list or an object"),
+        ("[1, 2, 0, NaN]", "must be finite"),
+    ],
+)
+def test_query_bad_instance(
+    built: Path, capsys: pytest.CaptureFixture[str], instance: str, message: str
+) -> None:
+    code, out, err = _run(capsys, "query", str(built), "--instance", instance)
+    assert code == 1
+    assert out == ""
+    assert err.startswith("cfmaps: error:") and message in err
+
+
+def test_query_unknown_target_and_missing_maps(
+    built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inst = "[50, 30, 0, 10]"
+    code, _, err = _run(capsys, "query", str(built), "--instance", inst, "--target", "7")
+    assert code == 1 and "unknown class" in err
+    code, _, err = _run(capsys, "query", str(tmp_path / "nope"), "--instance", inst)
+    assert code == 1 and "no maps directory" in err
+
+
+def test_query_out_of_domain(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "query", str(built), "--instance", "[50, 30, 0, 1000]")
+    assert code == 1 and "cfmaps: error:" in err and "debt" in err
+
+
+def test_build_errors(
+    tmp_path: Path, model_file: Path, fitted: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = str(tmp_path / "maps")
+    code, _, err = _run(capsys, "build", str(tmp_path / "missing.skops"), "--out", out)
+    assert code == 1 and "model file not found" in err
+
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"not a model at all")
+    code, _, err = _run(capsys, "build", str(junk), "--out", out)
+    assert code == 1 and "cannot load model" in err
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    code, _, err = _run(capsys, "build", str(model_file), "--spec", str(bad), "--out", out)
+    assert code == 1 and "not valid JSON" in err
+
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({"features": _spec()["features"][:3]}))
+    code, _, err = _run(capsys, "build", str(model_file), "--spec", str(short), "--out", out)
+    assert code == 1 and "3 features" in err and "4" in err
+
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"features": [{"name": "a", "type": "text"}]}))
+    code, _, err = _run(capsys, "build", str(model_file), "--spec", str(wrong), "--out", out)
+    assert code == 1 and "type must be one of" in err
+
+    _, X, y = fitted
+    csv = tmp_path / "train.csv"
+    _write_csv(csv, X, y, two_row=False, target="label")
+    code, _, err = _run(capsys, "build", str(model_file), "--data", str(csv), "--out", out)
+    assert code == 1 and "--target-column" in err
+    code, _, err = _run(
+        capsys, "build", str(model_file), "--data", str(csv), "--target-column", "nope",
+        "--out", out,
+    )  # fmt: skip
+    assert code == 1 and "no column named 'nope'" in err
+
+    text = tmp_path / "text.csv"
+    text.write_text("income,age,late,debt,label\n1,2,0,4,0\n1,old,0,4,1\n")
+    code, _, err = _run(
+        capsys, "build", str(model_file), "--data", str(text), "--target-column", "label",
+        "--out", out,
+    )  # fmt: skip
+    assert code == 1 and "line 3" in err and "'age'" in err and "non-numeric" in err
+    assert not Path(out).exists()
+
+
+def test_usage_errors(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["build", str(model_file), "--spec", "a.json", "--data", "b.csv", "--out", "x"])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["build", str(model_file)])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["query", "x", "--instance", "[1]", "--norm", "l3"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2
+
+
+# ------------------------------------------------------------------------------------------
+# pieces
+# ------------------------------------------------------------------------------------------
+def test_progress_bar_on_a_log() -> None:
+    stream = io.StringIO()
+    bar = ProgressBar("building maps", stream=stream, width=10)
+    for f in (0.0, 0.05, 0.31, 0.3, 0.72, float("nan"), 2.0):
+        bar(f)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("building maps [..........]   0%")
+    assert lines[-1].startswith("building maps [##########] 100%")
+    assert len(lines) == 4  # 0 %, 30 %, 70 %, 100 %: one line per tenth reached, no repeats
+
+
+def test_demo_data_and_spec() -> None:
+    from app.demo import CLASS_NAMES, DATA_FILE, demo_spec, load_credit
+    from maps_core import FeatureSchema
+
+    assert DATA_FILE.is_file() and (DATA_FILE.parent / "ATTRIBUTION.md").is_file()
+    X, y, schema = load_credit()
+    assert X.shape == (29986, 8) and set(np.unique(y)) == {0, 1}
+    assert {f.type for f in schema} == {"integer", "binary"}
+    assert [f.name for f in schema if not f.mutable] == ["AGE"]
+    spec = demo_spec(schema)
+    assert spec["classes"] == CLASS_NAMES
+    assert FeatureSchema.from_dicts(json.loads(json.dumps(spec))["features"]) == schema
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path: Path) -> None:
+    """``cfmaps demo`` trains, uploads, builds, serves and prints a working curl command."""
+    import os
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CFMAPS_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "demo", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("API docs:"):
+                break
+        text = "".join(lines)
+        assert "API docs:" in text, text + (proc.stderr.read() if proc.poll() is not None else "")
+        m = re.search(r"curl -s -X POST (\S+) \\\n.*-d '(.*)' \| python3", text, re.S)
+        assert m, text
+        url, body = m.group(1), json.loads(m.group(2))
+        assert url.startswith(f"http://127.0.0.1:{port}/v1/models/")
+        r = httpx.post(url, json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        doc = r.json()
+        assert doc["prediction"] == "default" and doc["target"] == "no default"
+        assert doc["optimal"] is True and doc["changes"]
+        assert doc["counterfactual"]["AGE"] == body["instance"]["AGE"]  # immutable
+        assert "answer:" in text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
