@@ -362,6 +362,8 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CFMAPS_")}
+    root = str(Path(__file__).resolve().parents[2])  # importable without an install too
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "demo", "--port", str(port)],
         stdout=subprocess.PIPE,
@@ -372,7 +374,7 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     )
     lines: list[str] = []
     try:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stderr is not None
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
@@ -401,4 +403,4 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 0
+    assert proc.returncode in (0, 130)  # 130: stopped by Ctrl-C (SIGINT), as a shell reports
