@@ -355,9 +355,7 @@ def _py(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
-def result_to_dict(
-    maps: CounterfactualMaps, res: CounterfactualResult, k: int = 1
-) -> dict[str, Any]:
+def result_to_dict(maps: CounterfactualMaps, res: CounterfactualResult, k: int = 1) -> dict[str, Any]:
     """The JSON form of one answer: the same object as ``POST .../counterfactuals`` returns.
 
     Fields: ``prediction``, ``target``, ``feasible``, ``reason`` (why not, when infeasible),
@@ -407,9 +405,7 @@ def result_to_dict(
         "seconds": float(s.seconds),
     }
     if k > 1:
-        out["alternatives"] = [
-            {"target": _py(cf.target), **one(cf)} for cf in res.counterfactuals[1:]
-        ]
+        out["alternatives"] = [{"target": _py(cf.target), **one(cf)} for cf in res.counterfactuals[1:]]
     return out
 
 
@@ -497,9 +493,14 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def _print_schema(schema: FeatureSchema, stream: IO[str]) -> None:
     stream.write("inferred feature schema:\n")
+
+    def fmt(v: float | None, inf: str) -> str:
+        if v is None:
+            return inf
+        return str(int(v)) if float(v).is_integer() else repr(float(v))
+
     for f in schema.features:
-        lo = "-inf" if f.lower is None else f"{f.lower:g}"
-        hi = "+inf" if f.upper is None else f"{f.upper:g}"
+        lo, hi = fmt(f.lower, "-inf"), fmt(f.upper, "+inf")
         stream.write(f"  {f.name}: {f.type} [{lo}, {hi}]\n")
     stream.flush()
 
@@ -605,9 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(@FILE reads it from a file, - from stdin)",
     )
     q.add_argument("--target", metavar="T", help="desired class (default: nearest other class)")
-    q.add_argument(
-        "--norm", default="l1", choices=("l1", "l2", "linf"), help="distance (default: l1)"
-    )
+    q.add_argument("--norm", default="l1", choices=("l1", "l2", "linf"), help="distance (default: l1)")
     q.add_argument("--k", type=int, default=1, metavar="K", help="number of counterfactuals")
     q.add_argument("--pretty", action="store_true", help="indent the JSON")
     q.set_defaults(func=cmd_query)
