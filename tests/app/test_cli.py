@@ -203,6 +203,30 @@ def test_pickle_needs_trust(tmp_path: Path, fitted: Any, capsys: pytest.CaptureF
     assert (out / "manifest.json").exists() or any(out.iterdir())
 
 
+def test_crafted_tree_is_refused(tmp_path: Path, fitted: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A skops file whose node array points out of range (predict would read out of bounds)."""
+    import zipfile
+
+    good = tmp_path / "good.skops"
+    sio.dump(fitted[0], good)
+    bad = tmp_path / "crafted.skops"
+    patched = 0
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename.endswith(".npy"):
+                arr = np.load(io.BytesIO(data), allow_pickle=False)
+                if arr.dtype.names and "left_child" in arr.dtype.names and patched == 0:
+                    arr["left_child"][0] = 10**9
+                    buf = io.BytesIO()
+                    np.save(buf, arr, allow_pickle=False)
+                    data, patched = buf.getvalue(), 1
+            zout.writestr(item, data)
+    assert patched
+    code, _, err = _run(capsys, "build", str(bad), "--out", str(tmp_path / "m"))
+    assert code == 1 and "malformed tree" in err
+
+
 # ------------------------------------------------------------------------------------------
 # errors: non-zero exit and a clear message
 # ------------------------------------------------------------------------------------------
