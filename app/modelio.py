@@ -12,6 +12,10 @@ Formats are recognised by their first bytes, never by the file name:
   how to export with skops.
 * anything else is refused.
 
+After loading, every tree's node arrays are checked (:func:`check_trees`): scikit-learn's
+compiled ``predict`` trusts them, so a crafted file with an out-of-range child index reads
+out of bounds (segfault) and a child pointing back up loops forever.
+
 Every failure is an :class:`~app.errors.ApiError` naming the ``model`` field, so a hostile or
 broken upload always answers 4xx.
 """
@@ -21,6 +25,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 from typing import Any, Literal
+
+import numpy as np
 
 from .errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError
 
@@ -102,7 +108,9 @@ def load_model_file(
     """
     fmt = sniff(path)
     if fmt == "skops":
-        return _load_skops(path, max_unpacked_bytes), fmt
+        model = _load_skops(path, max_unpacked_bytes)
+        check_trees(model)
+        return model, fmt
     if not trust_pickle:
         raise UnsafeModelFileError(
             "pickle/joblib model files can execute code when loaded and are refused "
@@ -112,11 +120,72 @@ def load_model_file(
     import joblib
 
     try:
-        return joblib.load(path), fmt
+        model = joblib.load(path)
     except Exception as exc:  # any failure of an unpickler on foreign bytes is bad input
         raise InvalidInputError(
             f"could not load the pickle/joblib file: {type(exc).__name__}: {exc}", "model"
         ) from exc
+    check_trees(model)
+    return model, fmt
+
+
+def check_trees(model: Any) -> None:
+    """Refuse a model whose tree node arrays are not a well-formed tree.
+
+    Checks, for every ``tree_`` of the model (itself, or its ``estimators_``): array lengths
+    equal ``node_count``; a node is a leaf on both sides or on neither; children lie in
+    range and *after* their parent (scikit-learn numbers nodes in creation order, so this
+    also excludes cycles); split features lie in ``[0, n_features_in_)``; the value array
+    has one row per node. Objects without trees are left to the engine's model check.
+
+    Raises
+    ------
+    InvalidInputError
+        With field ``model``.
+    """
+    if hasattr(model, "tree_"):
+        estimators = [model]
+    elif hasattr(model, "estimators_"):
+        try:
+            estimators = list(np.asarray(model.estimators_, dtype=object).ravel())
+        except Exception as exc:  # a crafted attribute that is not even a sequence
+            raise InvalidInputError(f"malformed estimators_: {exc}", "model") from exc
+    else:
+        return
+    n_features = getattr(model, "n_features_in_", None)
+    for k, est in enumerate(estimators):
+        tree = getattr(est, "tree_", None)
+        if tree is None:
+            continue
+        problem = _tree_problem(tree, n_features)
+        if problem:
+            raise InvalidInputError(f"the model file holds a malformed tree #{k}: {problem}", "model")
+
+
+def _tree_problem(tree: Any, n_features: Any) -> str | None:
+    try:
+        n = int(tree.node_count)
+        left = np.asarray(tree.children_left, dtype=np.int64)
+        right = np.asarray(tree.children_right, dtype=np.int64)
+        feat = np.asarray(tree.feature, dtype=np.int64)
+        value = np.asarray(tree.value)
+    except Exception as exc:  # attributes missing or of the wrong kind
+        return f"unreadable node arrays ({type(exc).__name__}: {exc})"
+    if n < 1 or not (len(left) == len(right) == len(feat) == n) or value.shape[:1] != (n,):
+        return "node arrays disagree with node_count"
+    internal = left >= 0
+    if not np.array_equal(internal, right >= 0):
+        return "a node has exactly one child"
+    idx = np.flatnonzero(internal)
+    if np.any(left[idx] >= n) or np.any(right[idx] >= n):
+        return "node indices out of range"
+    if np.any(left[idx] <= idx) or np.any(right[idx] <= idx):
+        return "a child precedes its parent (cycle)"
+    if np.any(feat[idx] < 0) or (
+        isinstance(n_features, int | np.integer) and np.any(feat[idx] >= n_features)
+    ):
+        return "split feature out of range"
+    return None
 
 
 def _load_skops(path: Path, max_unpacked_bytes: int | None) -> Any:
@@ -129,8 +198,7 @@ def _load_skops(path: Path, max_unpacked_bytes: int | None) -> Any:
         raise InvalidInputError(f"the skops file is not a valid archive: {exc}", "model") from exc
     if max_unpacked_bytes is not None and unpacked > max_unpacked_bytes:
         raise PayloadTooLargeError(
-            f"the skops file unpacks to {unpacked} bytes, more than the allowed "
-            f"{max_unpacked_bytes}",
+            f"the skops file unpacks to {unpacked} bytes, more than the allowed {max_unpacked_bytes}",
             "model",
         )
     try:

@@ -81,8 +81,8 @@ def _settings(request: Request) -> Settings:
     return settings
 
 
-def require_admin(request: Request) -> None:
-    """FastAPI dependency guarding model management."""
+async def require_admin(request: Request) -> None:
+    """FastAPI dependency guarding model management (``async``: no threadpool hop)."""
     settings = _settings(request)
     admin = settings.admin_secret
     if admin is None:
@@ -105,7 +105,7 @@ def require_admin(request: Request) -> None:
         raise ForbiddenError("the token does not grant model management", "authorization")
 
 
-def require_query(request: Request) -> None:
+async def require_query(request: Request) -> None:
     """FastAPI dependency guarding the query routes."""
     settings = _settings(request)
     if not settings.api_tokens:

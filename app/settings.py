@@ -47,9 +47,11 @@ class Settings(BaseSettings):
         Threads used inside one build. Default: all cores but one, so that queries keep a
         core while a build runs.
     build_max_seconds, build_max_rectangles : optional
-        Extraction budgets. When one runs out, the unresolved regions are kept as *mixed*
-        boxes that queries refine on demand, so answers stay exact (the build never fails
-        for budget reasons).
+        Extraction budgets (default: 15 minutes, no rectangle cap). When one runs out, the
+        unresolved regions are kept as *mixed* boxes that queries refine on demand, so
+        answers stay exact (the build never fails for budget reasons); a build thread cannot
+        be killed, so the time budget is what keeps a huge model from holding a build worker
+        for hours.
     default_norm : {"l1", "l2", "linf"}
         Norm used when a query names none. L1 is the default because it favours sparse
         changes (few features moved), which is what people asking "what should I change?"
@@ -69,7 +71,7 @@ class Settings(BaseSettings):
     max_k: int = Field(default=100, gt=0)
     build_workers: int = Field(default=1, gt=0)
     build_jobs: int | None = Field(default=None, gt=0)
-    build_max_seconds: float | None = Field(default=None, gt=0)
+    build_max_seconds: float | None = Field(default=900.0, gt=0)
     build_max_rectangles: int | None = Field(default=None, gt=0)
     default_norm: Literal["l1", "l2", "linf"] = "l1"
 

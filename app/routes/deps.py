@@ -1,4 +1,8 @@
-"""Dependency aliases shared by the routers."""
+"""Dependency aliases shared by the routers.
+
+All dependencies are ``async def``: FastAPI runs plain ``def`` dependencies in the
+threadpool, a thread hop per dependency per request that costs more than the query.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +16,22 @@ from ..registry import Registry
 from ..settings import Settings
 
 
-def _registry(request: Request) -> Registry:
+async def _registry(request: Request) -> Registry:
     reg: Registry = request.app.state.registry
     return reg
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     s: Settings = request.app.state.settings
     return s
 
 
-def _builds(request: Request) -> BuildManager:
+async def _builds(request: Request) -> BuildManager:
     b: BuildManager = request.app.state.builds
     return b
 
 
-def _metrics(request: Request) -> Metrics:
+async def _metrics(request: Request) -> Metrics:
     m: Metrics = request.app.state.metrics
     return m
 

@@ -69,7 +69,7 @@ async def create_model(
     dependencies=[Depends(require_query)],
     summary="List models",
 )
-def list_models(registry: RegistryDep) -> JSONResponse:
+async def list_models(registry: RegistryDep) -> JSONResponse:
     return JSONResponse({"models": [e.info() for e in registry.list()]})
 
 
@@ -80,7 +80,7 @@ def list_models(registry: RegistryDep) -> JSONResponse:
     responses={404: {"model": ErrorResponse}},
     summary="Status, progress, schema, classes and build statistics of a model",
 )
-def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
+async def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
     return JSONResponse(registry.get(model_id).info())
 
 

@@ -8,10 +8,11 @@ import zipfile
 from pathlib import Path
 
 import joblib
+import numpy as np
 import pytest
 import skops.io as sio
 from sklearn.ensemble import GradientBoostingClassifier
-from svc_helpers import Fitted
+from svc_helpers import Fitted, Service, upload
 
 from app.errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError
 from app.modelio import detect_format, load_model_file
@@ -65,9 +66,7 @@ def test_zip_bomb_guard(tmp_path: Path, rf: Fitted) -> None:
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("schema.json", b"{" + b" " * 5_000_000 + b"}")
     with pytest.raises(PayloadTooLargeError):
-        load_model_file(
-            _write(tmp_path, buf.getvalue()), trust_pickle=False, max_unpacked_bytes=1_000_000
-        )
+        load_model_file(_write(tmp_path, buf.getvalue()), trust_pickle=False, max_unpacked_bytes=1_000_000)
 
 
 def test_zip_that_is_not_skops(tmp_path: Path) -> None:
@@ -103,3 +102,46 @@ def _joblib_bytes(tmp_path: Path, rf: Fitted, compress: object) -> bytes:
     p = tmp_path / f"m-{abs(hash(str(compress)))}.joblib"
     joblib.dump(rf.model, p, compress=compress)
     return p.read_bytes()
+
+
+def _crafted(data: bytes, field: str, value: int) -> bytes:
+    """Rewrite one entry of the first tree's node array inside a skops archive."""
+    src, out = io.BytesIO(data), io.BytesIO()
+    patched = False
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out, "w") as zout:
+        for item in zin.infolist():
+            blob = zin.read(item.filename)
+            if item.filename.endswith(".npy") and not patched:
+                arr = np.load(io.BytesIO(blob), allow_pickle=False)
+                if arr.dtype.names and field in arr.dtype.names:
+                    arr[field][0] = value
+                    buf = io.BytesIO()
+                    np.save(buf, arr, allow_pickle=False)
+                    blob, patched = buf.getvalue(), True
+            zout.writestr(item, blob)
+    assert patched
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("left_child", 10**9, "out of range"),
+        ("right_child", 10**9, "out of range"),
+        ("left_child", 0, "cycle"),
+        ("right_child", -1, "exactly one child"),
+        ("feature", 99, "feature out of range"),
+        ("feature", -5, "feature out of range"),
+    ],
+)
+def test_crafted_trees_are_refused(
+    tmp_path: Path, rf: Fitted, service: Service, field: str, value: int, problem: str
+) -> None:
+    # sklearn's compiled predict trusts these arrays: out of range reads segfault the
+    # server, a cycle loops forever. They must be refused before any predict call.
+    data = _crafted(rf.skops, field, value)
+    with pytest.raises(InvalidInputError, match=problem):
+        load_model_file(_write(tmp_path, data), trust_pickle=False)
+    r = upload(service.client, data)
+    assert r.status_code == 422 and r.json()["field"] == "model"
+    assert "malformed tree" in r.json()["message"]
