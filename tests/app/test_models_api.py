@@ -303,3 +303,18 @@ def test_failed_build_reports_the_error(
     assert info["status"] == "failed"
     assert "internal error" in info["error"] and "ZeroDivisionError" in info["error"]
     assert 'cfmaps_builds_total{outcome="failed"} 2.0' in c.get("/metrics").text
+
+
+def test_queries_are_served_while_a_build_runs(
+    rf_service: tuple[Service, str], rf: Fitted, gate: threading.Event
+) -> None:
+    svc, ready_id = rf_service
+    c = svc.client
+    building = upload(c, rf.skops).json()["id"]
+    wait_until(lambda: c.get(f"/v1/models/{building}").json()["status"] == "building")
+    for i in range(5):
+        r = c.post(f"/v1/models/{ready_id}/counterfactuals", json={"instance": rf.X[i].tolist()})
+        assert r.status_code == 200
+    assert c.get("/readyz").status_code == 200
+    gate.set()
+    assert wait_built(c, building)["status"] == "ready"
