@@ -79,37 +79,7 @@ def load_model_file(path: str | os.PathLike[str], *, trust_pickle: bool = False)
     except ApiError as exc:
         msg = exc.message.replace("CFMAPS_TRUST_PICKLE=true", "--trust-pickle")
         raise CLIError(f"cannot load model {p}: {msg}") from exc
-    _check_trees(model)
     return model
-
-
-def _check_trees(model: Any) -> None:
-    """Reject trees whose node arrays point outside themselves (crafted files)."""
-    estimators: list[Any] = []
-    if hasattr(model, "tree_"):
-        estimators = [model]
-    elif hasattr(model, "estimators_"):
-        estimators = list(np.asarray(model.estimators_, dtype=object).ravel())
-    n_features = int(getattr(model, "n_features_in_", 0) or 0)
-    for est in estimators:
-        tree = getattr(est, "tree_", None)
-        if tree is None:
-            continue
-        n = int(tree.node_count)
-        left, right, feat = tree.children_left, tree.children_right, tree.feature
-        internal = left >= 0
-        ok = (
-            len(left) == len(right) == len(feat) == n
-            and np.all((right >= 0) == internal)
-            and np.all(left[internal] < n)
-            and np.all(right[internal] < n)
-            and np.all(left[internal] > np.nonzero(internal)[0])
-            and np.all(right[internal] > np.nonzero(internal)[0])
-            and np.all(feat[internal] >= 0)
-            and (n_features == 0 or np.all(feat[internal] < n_features))
-        )
-        if not ok:
-            raise CLIError("the model file holds a malformed tree (node indices out of range)")
 
 
 # --------------------------------------------------------------------------------------------

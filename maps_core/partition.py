@@ -61,6 +61,24 @@ COUNTER_NAMES = (
 # numba kernels
 # --------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
+def _decide(buf, tie_high):
+    """Winning class of the score vector ``buf`` and its margin over the runner-up."""
+    c = buf.shape[0]
+    best = 0
+    for k in range(1, c):
+        if tie_high:
+            if buf[k] >= buf[best]:
+                best = k
+        elif buf[k] > buf[best]:
+            best = k
+    margin = np.inf
+    for k in range(c):
+        if k != best and buf[best] - buf[k] < margin:
+            margin = buf[best] - buf[k]
+    return best, margin
+
+
+@njit(cache=True, nogil=True)
 def _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf):
     """Exact class of one cell and its margin (best score minus runner-up)."""
     c = base.shape[0]
@@ -75,18 +93,7 @@ def _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf):
                 node = nr[node]
         for k in range(c):
             buf[k] += nv[node, k]
-    best = 0
-    for k in range(1, c):
-        if tie_high:
-            if buf[k] >= buf[best]:
-                best = k
-        elif buf[k] > buf[best]:
-            best = k
-    margin = np.inf
-    for k in range(c):
-        if k != best and buf[best] - buf[k] < margin:
-            margin = buf[best] - buf[k]
-    return best, margin
+    return _decide(buf, tie_high)
 
 
 @njit(cache=True, nogil=True)
@@ -105,18 +112,7 @@ def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, roots, tie_high, b
                 node = nr[node]
         for k in range(c):
             buf[k] += nv[node, k]
-    best = 0
-    for k in range(1, c):
-        if tie_high:
-            if buf[k] >= buf[best]:
-                best = k
-        elif buf[k] > buf[best]:
-            best = k
-    margin = np.inf
-    for k in range(c):
-        if k != best and buf[best] - buf[k] < margin:
-            margin = buf[best] - buf[k]
-    return best, margin
+    return _decide(buf, tie_high)
 
 
 @njit(cache=True, nogil=True)
