@@ -5,12 +5,15 @@ from maps_core.adapters import flatten_model
 from maps_core.grid import Grid
 from maps_core.partition import extract
 from common import load
-name, T, D = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+name, T, D, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 Xtr, Xte, ytr, yte, schema = load(name)
 rf = RandomForestClassifier(T, max_depth=D, random_state=0).fit(Xtr, ytr)
 ens = flatten_model(rf); grid = Grid.from_ensemble(ens, schema)
-for spec in sys.argv[4:]:
+print("cells per feature", grid.n_cells)
+extract(flatten_model(RandomForestClassifier(2, max_depth=2, random_state=0).fit(Xtr, ytr)), grid, n_jobs=1)
+for spec in sys.argv[5:]:
     pb, ns = map(int, spec.split(":"))
     t = time.time()
-    p = extract(ens, grid, max_seconds=60, n_jobs=2, prove_budget=pb, n_samples=ns)
-    print(name, T, D, spec, f"{time.time()-t:.1f}s rects={p.n_rectangles} mixed={p.n_mixed}", {k: v for k, v in p.counters.items() if k in ('regions','certified_by_bound','certified_by_proof','proofs_refuted','proofs_unknown')}, flush=True)
+    p = extract(ens, grid, max_seconds=secs, n_jobs=1, prove_budget=pb, n_samples=ns)
+    el = time.time()-t
+    print(name, T, D, spec, f"{el:.1f}s rects={p.n_rectangles} mixed={p.n_mixed} rate={p.counters['regions']/el:.0f} reg/s", p.counters, flush=True)

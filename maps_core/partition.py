@@ -44,7 +44,8 @@ MIXED = -1  # label of an unresolved region
 NEAR_TIE = -2  # single cell whose scores nearly tie: labelled by the model afterwards
 
 # Counter slots returned by the kernel.
-C_REGIONS, C_BOUND, C_PROVED, C_REFUTED, C_UNKNOWN, C_CELLS, C_TIES, C_PROOF_NODES = range(8)
+(C_REGIONS, C_BOUND, C_PROVED, C_REFUTED, C_UNKNOWN, C_CELLS, C_TIES, C_PROOF_NODES,
+ C_MERGED) = range(9)
 COUNTER_NAMES = (
     "regions",
     "certified_by_bound",
@@ -54,6 +55,7 @@ COUNTER_NAMES = (
     "single_cells",
     "near_ties",
     "proof_nodes",
+    "merged",
 )
 
 
@@ -97,14 +99,15 @@ def _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf):
 
 
 @njit(cache=True, nogil=True)
-def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, roots, tie_high, buf):
-    """Like :func:`_label_cell`, traversing only the trees in ``act[:n_act]``; the other
-    trees are constant on the region and already summed (with the base) in ``cs``."""
+def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf):
+    """Like :func:`_label_cell`, traversing only the trees in ``act[:n_act]``, each from its
+    node ``start[t]`` (a node on the path of every cell of the region); the other trees are
+    constant on the region and already summed (with the base) in ``cs``."""
     c = cs.shape[0]
     for k in range(c):
         buf[k] = cs[k]
     for i in range(n_act):
-        node = roots[act[i]]
+        node = start[act[i]]
         while nf[node] >= 0:
             if cell[nf[node]] <= ncut[node]:
                 node = nl[node]
@@ -116,25 +119,16 @@ def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, roots, tie_high, b
 
 
 @njit(cache=True, nogil=True)
-def _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f, top_c, stack, mn, mx):
-    """Interval bound over all trees (see :func:`_bounds_on`)."""
-    T = roots.shape[0]
-    act = np.arange(T).astype(np.int32)
-    cs = base.copy()
-    return _bounds_on(lo, hi, a, act, T, cs, nf, ncut, nl, nr, nv, roots, lb, trange, top_f,
-                      top_c, stack, mn, mx)
-
-
-@njit(cache=True, nogil=True)
-def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, roots, lb, trange, top_f, top_c,
+def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, trange, top_n,
                stack, mn, mx):
     """Interval bound of the margin of class ``a`` over the region ``lo..hi``.
 
-    Only the trees ``act[:n_act]`` are visited; ``cs`` holds the base plus the leaf values of
-    every other tree (trees constant on an enclosing region stay constant inside it).
-    Fills ``lb[b]`` (lower bound of score_a - score_b), per tree the spread of its margin
-    ``trange[t]`` and its root-most undecided split ``(top_f[t], top_c[t])``; a tree that
-    is constant on the region gets ``top_f[t] = -1`` and its only leaf in ``top_c[t]``.
+    Only the trees ``act[:n_act]`` are visited, each from ``start[t]``; ``cs`` holds the base
+    plus the leaf values of every other tree (trees constant on an enclosing region stay
+    constant inside it, and a node every cell of an enclosing region reaches is reached by
+    every cell inside it). Fills ``lb[b]`` (lower bound of score_a - score_b), per tree the
+    spread of its margin ``trange[t]`` and in ``top_n[t]`` its root-most undecided split
+    node, or its only reachable leaf when the tree is constant on the region.
     Returns min over b != a of lb[b].
     """
     c = cs.shape[0]
@@ -145,11 +139,10 @@ def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, roots, lb, trang
         for b in range(c):
             mn[b] = np.inf
             mx[b] = -np.inf
-        top_f[t] = -1
-        top_c[t] = 0
-        sp = 0
-        stack[0] = roots[t]
+        top = -1
+        stack[0] = start[t]
         sp = 1
+        node = start[t]
         while sp > 0:
             sp -= 1
             node = stack[sp]
@@ -165,17 +158,15 @@ def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, roots, lb, trang
             cut = ncut[node]
             go_l = lo[f] <= cut
             go_r = hi[f] > cut
-            if go_l and go_r and top_f[t] < 0:
-                top_f[t] = f
-                top_c[t] = cut
+            if go_l and go_r and top < 0:
+                top = node
             if go_l:
                 stack[sp] = nl[node]
                 sp += 1
             if go_r:
                 stack[sp] = nr[node]
                 sp += 1
-        if top_f[t] < 0:
-            top_c[t] = node  # constant tree: remember its only reachable leaf
+        top_n[t] = top if top >= 0 else node  # constant tree: its only reachable leaf
         spread = 0.0
         for b in range(c):
             if b != a:
@@ -191,13 +182,13 @@ def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, roots, lb, trang
 
 
 @njit(cache=True, nogil=True)
-def _prove(lo0, hi0, a, budget, tol, act, n_act, cs, nf, ncut, nl, nr, nv, roots, cex, ws):
+def _prove(lo0, hi0, a, budget, tol, act, n_act, cs, nf, ncut, nl, nr, nv, start, cex, ws):
     """Exact purity test by depth-first branch-and-bound.
 
     Returns (status, nodes): status 1 = every cell of the region is class ``a`` with a
     margin above ``tol``; 0 = counter-example cell written to ``cex``; -1 = budget spent.
     """
-    (lb, trange, top_f, top_c, stack, mn, mx, buf, slo, shi) = ws
+    (lb, trange, top_n, stack, mn, mx, slo, shi) = ws
     m = lo0.shape[0]
     sp = 0
     for f in range(m):
@@ -212,8 +203,8 @@ def _prove(lo0, hi0, a, budget, tol, act, n_act, cs, nf, ncut, nl, nr, nv, roots
         lo = slo[sp].copy()
         hi = shi[sp].copy()
         nodes += 1
-        worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, roots, lb, trange,
-                           top_f, top_c, stack, mn, mx)
+        worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, trange,
+                           top_n, stack, mn, mx)
         if worst > tol:
             continue
         # Split at the root-most undecided node of the most uncertain tree.
@@ -221,7 +212,7 @@ def _prove(lo0, hi0, a, budget, tol, act, n_act, cs, nf, ncut, nl, nr, nv, roots
         br = -1.0
         for i in range(n_act):
             t = act[i]
-            if top_f[t] >= 0 and trange[t] > br:
+            if nf[top_n[t]] >= 0 and trange[t] > br:
                 br = trange[t]
                 bt = t
         if bt < 0:
@@ -231,8 +222,8 @@ def _prove(lo0, hi0, a, budget, tol, act, n_act, cs, nf, ncut, nl, nr, nv, roots
             return 0, nodes
         if sp + 2 > slo.shape[0]:
             return -1, nodes
-        f = top_f[bt]
-        cut = top_c[bt]
+        f = nf[top_n[bt]]
+        cut = ncut[top_n[bt]]
         for g in range(m):
             slo[sp, g] = lo[g]
             shi[sp, g] = hi[g]
@@ -256,6 +247,11 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             nf, ncut, nl, nr, nv, roots, base, tie_high, max_depth_nodes):
     """Refine one region into certified labeled boxes (see module docs).
 
+    Every pending region carries what its parent learnt about the trees: which trees are
+    still undecided on it (``act``), the node each of them has certainly reached
+    (``start``), and the summed leaf values of the decided ones (``cs``). Small regions deep
+    in the recursion thus touch only the few sub-trees still alive.
+
     Returns (out_lo, out_hi, out_label, n_out, left_lo, left_hi, n_left, counters):
     certified boxes and, when ``max_regions`` ran out, the regions still to do.
     """
@@ -263,22 +259,39 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
     m = root_lo.shape[0]
     c = base.shape[0]
     T = roots.shape[0]
-    counters = np.zeros(8, dtype=np.int64)
+    counters = np.zeros(9, dtype=np.int64)
     cap = 1024
     out_lo = np.empty((cap, m), dtype=np.int32)
     out_hi = np.empty((cap, m), dtype=np.int32)
     out_lab = np.empty(cap, dtype=np.int32)
+    out_id = np.empty(cap, dtype=np.int32)
     n_out = 0
-    st_lo = np.empty((256, m), dtype=np.int32)
-    st_hi = np.empty((256, m), dtype=np.int32)
+    # Split tree of this call: parent of every region (root 0), to merge siblings.
+    par = np.empty(cap, dtype=np.int32)
+    par[0] = -1
+    n_ids = 1
+    S = 256
+    st_lo = np.empty((S, m), dtype=np.int32)
+    st_hi = np.empty((S, m), dtype=np.int32)
+    st_act = np.empty((S, T), dtype=np.int32)
+    st_nact = np.empty(S, dtype=np.int32)
+    st_start = np.empty((S, T), dtype=np.int32)
+    st_cs = np.empty((S, c))
+    st_id = np.empty(S, dtype=np.int32)
+    st_id[0] = 0
     for f in range(m):
         st_lo[0, f] = root_lo[f]
         st_hi[0, f] = root_hi[f]
+    for t in range(T):
+        st_act[0, t] = t
+        st_start[0, t] = roots[t]
+    st_nact[0] = T
+    for k in range(c):
+        st_cs[0, k] = base[k]
     sp = 1
     lb = np.empty(c)
     trange = np.empty(T)
-    top_f = np.empty(T, dtype=np.int32)
-    top_c = np.empty(T, dtype=np.int32)
+    top_n = np.empty(T, dtype=np.int32)
     stack = np.empty(max_depth_nodes, dtype=np.int32)
     mn = np.empty(c)
     mx = np.empty(c)
@@ -288,10 +301,11 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
     slab = np.empty(ns, dtype=np.int32)
     cell = np.empty(m, dtype=np.int32)
     cex = np.empty(m, dtype=np.int32)
-    pw = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32), np.empty(T, dtype=np.int32),
-          np.empty(max_depth_nodes, dtype=np.int32), np.empty(c), np.empty(c), np.empty(c),
+    pw = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32),
+          np.empty(max_depth_nodes, dtype=np.int32), np.empty(c), np.empty(c),
           np.empty((4096, m), dtype=np.int32), np.empty((4096, m), dtype=np.int32))
     act = np.empty(T, dtype=np.int32)
+    start = np.empty(T, dtype=np.int32)
     cs = np.empty(c)
     cnt_l = np.empty(c)
     cnt_r = np.empty(c)
@@ -300,6 +314,14 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
         sp -= 1
         lo = st_lo[sp].copy()
         hi = st_hi[sp].copy()
+        rid = st_id[sp]
+        n_act = st_nact[sp]
+        for i in range(n_act):
+            t = st_act[sp, i]
+            act[i] = t
+            start[t] = st_start[sp, t]
+        for k in range(c):
+            cs[k] = st_cs[sp, k]
         regions += 1
         # 1. candidate class from the centre cell
         single = True
@@ -307,7 +329,7 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             cell[f] = (lo[f] + hi[f]) // 2
             if hi[f] > lo[f]:
                 single = False
-        a, marg = _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf)
+        a, marg = _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf)
         label = -3
         best_t = -1
         if single:
@@ -316,11 +338,26 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             if label == -2:
                 counters[C_TIES] += 1
         else:
-            worst = _bounds(lo, hi, a, nf, ncut, nl, nr, nv, roots, base, lb, trange, top_f,
-                            top_c, stack, mn, mx)
+            worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
+                               trange, top_n, stack, mn, mx)
             if worst > tol:
                 label = a
                 counters[C_BOUND] += 1
+            else:
+                # Trees now constant leave the active set; the others move down to their
+                # root-most undecided node.
+                k_act = 0
+                for i in range(n_act):
+                    t = act[i]
+                    node = top_n[t]
+                    if nf[node] >= 0:
+                        act[k_act] = t
+                        start[t] = node
+                        k_act += 1
+                    else:
+                        for k in range(c):
+                            cs[k] += nv[node, k]
+                n_act = k_act
         if label == -3:
             # 2. sample cells; two labels prove impurity
             for f in range(m):
@@ -328,21 +365,10 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             slab[0] = a
             n = 1
             mixed = marg <= tol
-            # Trees constant on the region add the same vector to every sample.
-            n_act = 0
-            for k in range(c):
-                cs[k] = base[k]
-            for t in range(T):
-                if top_f[t] >= 0:
-                    act[n_act] = t
-                    n_act += 1
-                else:
-                    for k in range(c):
-                        cs[k] += nv[top_c[t], k]
             for _ in range(n_samples):
                 for f in range(m):
                     samp[n, f] = lo[f] + np.random.randint(0, hi[f] - lo[f] + 1)
-                lab, mg = _label_active(samp[n], act, n_act, cs, nf, ncut, nl, nr, nv, roots,
+                lab, mg = _label_active(samp[n], act, n_act, cs, nf, ncut, nl, nr, nv, start,
                                         tie_high, buf)
                 slab[n] = lab
                 if lab != a or mg <= tol:
@@ -350,7 +376,7 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
                 n += 1
             if not mixed and prove_budget > 0:
                 status, pn = _prove(lo, hi, a, prove_budget, tol, act, n_act, cs, nf, ncut, nl,
-                                    nr, nv, roots, cex, pw)
+                                    nr, nv, start, cex, pw)
                 counters[C_PROOF_NODES] += pn
                 if status == 1:
                     label = a
@@ -359,22 +385,28 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
                     counters[C_REFUTED] += 1
                     for f in range(m):
                         samp[n, f] = cex[f]
-                    lab, mg = _label_cell(cex, nf, ncut, nl, nr, nv, roots, base, tie_high, buf)
+                    lab, mg = _label_active(cex, act, n_act, cs, nf, ncut, nl, nr, nv, start,
+                                            tie_high, buf)
                     slab[n] = lab if mg > tol else c  # near-tie counts as its own label
                     n += 1
                 else:
                     counters[C_UNKNOWN] += 1
             if label == -3:
-                # The bound of step 1 left top_f/top_c for the region (_prove reuses
-                # private workspaces, so they are intact).
+                # Split at the root-most undecided node of one tree, the one whose cut best
+                # separates the labelled cells (_prove uses private workspaces, so trange
+                # is still the region's).
                 best_gain = -1.0
                 best_t = -1
                 best_r = -1.0
-                for t in range(T):
-                    f = top_f[t]
-                    if f < 0:
+                for i in range(n_act):
+                    t = act[i]
+                    if n == 1:  # nothing to separate: the most uncertain tree
+                        if trange[t] > best_r:
+                            best_t = t
+                            best_r = trange[t]
                         continue
-                    cut = top_c[t]
+                    f = nf[start[t]]
+                    cut = ncut[start[t]]
                     for k in range(c):
                         cnt_l[k] = 0.0
                         cnt_r[k] = 0.0
@@ -407,16 +439,32 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
                 label = -2
                 counters[C_TIES] += 1
             if label == -3:
-                f = top_f[best_t]
-                cut = top_c[best_t]
+                f = nf[start[best_t]]
+                cut = ncut[start[best_t]]
                 if sp + 2 > st_lo.shape[0]:
                     st_lo = _grow(st_lo, sp + 2)
                     st_hi = _grow(st_hi, sp + 2)
-                for g2 in range(m):
-                    st_lo[sp, g2] = lo[g2]
-                    st_hi[sp, g2] = hi[g2]
-                    st_lo[sp + 1, g2] = lo[g2]
-                    st_hi[sp + 1, g2] = hi[g2]
+                    st_act = _grow(st_act, sp + 2)
+                    st_nact = _grow(st_nact, sp + 2)
+                    st_start = _grow(st_start, sp + 2)
+                    st_cs = _grow(st_cs, sp + 2)
+                    st_id = _grow(st_id, sp + 2)
+                if n_ids + 2 > par.shape[0]:
+                    par = _grow(par, n_ids + 2)
+                for j in range(sp, sp + 2):
+                    st_id[j] = n_ids
+                    par[n_ids] = rid
+                    n_ids += 1
+                    for g2 in range(m):
+                        st_lo[j, g2] = lo[g2]
+                        st_hi[j, g2] = hi[g2]
+                    st_nact[j] = n_act
+                    for i in range(n_act):
+                        t = act[i]
+                        st_act[j, i] = t
+                        st_start[j, t] = start[t]
+                    for k in range(c):
+                        st_cs[j, k] = cs[k]
                 st_lo[sp, f] = cut + 1  # right child popped second
                 st_hi[sp + 1, f] = cut
                 sp += 2
@@ -425,10 +473,27 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             out_lo = _grow(out_lo, n_out + 1)
             out_hi = _grow(out_hi, n_out + 1)
             out_lab = _grow(out_lab, n_out + 1)
+            out_id = _grow(out_id, n_out + 1)
         out_lo[n_out] = lo
         out_hi[n_out] = hi
         out_lab[n_out] = label
+        out_id[n_out] = rid
         n_out += 1
+        # Merge equal-label siblings back into their parent, repeatedly: a region's
+        # subtree is emitted contiguously (depth first), so two siblings that each
+        # collapsed to one box are the last two outputs. Their union is the parent box.
+        while (n_out >= 2 and out_lab[n_out - 1] >= 0
+               and out_lab[n_out - 1] == out_lab[n_out - 2]
+               and par[out_id[n_out - 1]] == par[out_id[n_out - 2]]
+               and par[out_id[n_out - 1]] >= 0):
+            n_out -= 1
+            for f in range(m):
+                if out_lo[n_out, f] < out_lo[n_out - 1, f]:
+                    out_lo[n_out - 1, f] = out_lo[n_out, f]
+                if out_hi[n_out, f] > out_hi[n_out - 1, f]:
+                    out_hi[n_out - 1, f] = out_hi[n_out, f]
+            out_id[n_out - 1] = par[out_id[n_out]]
+            counters[C_MERGED] += 1
     counters[C_REGIONS] = regions
     return (out_lo[:n_out].copy(), out_hi[:n_out].copy(), out_lab[:n_out].copy(), n_out,
             st_lo[:sp].copy(), st_hi[:sp].copy(), sp, counters)
@@ -535,8 +600,8 @@ def extract(
     n_jobs: int = 1,
     labeler: Callable[[np.ndarray], np.ndarray] | None = None,
     item_regions: int = 2_000,
-    prove_budget: int = 64,
-    n_samples: int = 64,
+    prove_budget: int = 0,
+    n_samples: int = 0,
 ) -> Partition:
     """Certified partition of the legal domain.
 
@@ -558,6 +623,11 @@ def extract(
         Defaults to :meth:`FlatEnsemble.predict_index`.
     item_regions, prove_budget, n_samples : int
         Regions per work item, node budget of each purity proof, cells sampled per region.
+        By default no samples and no proofs: the interval bound alone certifies, splits go
+        to the most uncertain tree's root-most undecided node, and equal-label siblings
+        are merged back. Proofs and samples cut the rectangle count before merging (FI
+        100x5: 5.9k instead of 11.4k rectangles) but cost more than they save in time
+        (BC 100x5: 0.85M rectangles in 18 s with 16-node proofs against 0.90M in 6.6 s).
 
     Returns
     -------
@@ -580,36 +650,54 @@ def extract(
     # whose leftover stack seeds the parallel waves.
     wave: list[tuple[np.ndarray, np.ndarray]] = [(root_lo, root_hi)]
     budget = 256
-    stopped = False
     seed = 0
+    deadline = np.inf if max_seconds is None else t0 + max_seconds
+    # Rectangles certified so far, updated by the workers themselves so that items of a
+    # long wave that start after a budget ran out are skipped (left as they are).
+    produced = [0]
+    over: list[str] = []
+
+    def work(lo: np.ndarray, hi: np.ndarray, n_regions: int, seed: int) -> tuple[Any, ...] | None:
+        if time.perf_counter() > deadline:
+            over.append("time")
+            return None
+        if max_rectangles is not None and produced[0] > max_rectangles:
+            over.append("rectangle")
+            return None
+        res = kern.refine(lo, hi, n_regions, prove_budget, n_samples, seed)
+        produced[0] += int(res[3])  # a lost update only delays the stop by one item
+        return res
+
+    last_report = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, n_jobs)) as pool:
-        while wave:
+        while wave and not over:
             futs = []
             for lo, hi in wave:
                 seed += 1
-                futs.append(
-                    pool.submit(kern.refine, lo, hi, budget, prove_budget, n_samples, seed)
-                )
+                futs.append((lo, hi, pool.submit(work, lo, hi, budget, seed)))
             nxt: list[tuple[np.ndarray, np.ndarray]] = []
-            for fut in futs:
-                olo, ohi, olab, n_out, llo, lhi, n_left, cnt = fut.result()
+            for lo, hi, fut in futs:
+                res = fut.result()
+                if res is None:
+                    nxt.append((lo, hi))
+                    continue
+                olo, ohi, olab, n_out, llo, lhi, n_left, cnt = res
                 counters += cnt
                 if n_out:
                     outs.append((olo, ohi, olab))
                     n_rect += n_out
                     done += float(np.prod((ohi - olo + 1).astype(np.float64), axis=1).sum())
                 nxt.extend((llo[i], lhi[i]) for i in range(n_left))
+                if progress is not None and time.perf_counter() - last_report > 0.5:
+                    last_report = time.perf_counter()
+                    progress(min(done / total, 1.0))
             wave = nxt
             budget = item_regions
-            if progress is not None:
-                progress(min(done / total, 1.0) if wave else 1.0)
-            over_time = max_seconds is not None and time.perf_counter() - t0 > max_seconds
-            over_rect = max_rectangles is not None and n_rect > max_rectangles
-            if wave and (over_time or over_rect):
-                stopped = True
-                break
+    stopped = bool(wave)
+    if progress is not None:
+        progress(min(done / total, 1.0) if stopped else 1.0)
     if stopped:
-        what = "time" if (max_seconds is not None and time.perf_counter() - t0 > max_seconds) else "rectangle"
+        what = over[0] if over else "time"
         if on_budget == "error":
             raise BudgetExceededError(
                 f"extraction exceeded its {what} budget with {n_rect} rectangles certified "
@@ -639,7 +727,7 @@ def extract(
 def refine_region(kern: Kernel, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
     """Fully refine one region (used for mixed boxes at query time)."""
     olo, ohi, olab, _, _, _, _, _ = kern.refine(
-        lo.astype(np.int32), hi.astype(np.int32), 2**62, 64, 64, 1
+        lo.astype(np.int32), hi.astype(np.int32), 2**62, 0, 0, 1
     )
     return olo, ohi, olab
 

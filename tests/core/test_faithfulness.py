@@ -98,3 +98,34 @@ def test_faithful_on_real_valued_data_without_schema(model_name, n_classes):
     check(maps, model, threshold_points(model, schema, X, rng))
     # Far outside the data: the outer cells extend to infinity.
     check(maps, model, rng.normal(scale=1e3, size=(1000, 5)))
+
+
+@pytest.mark.parametrize("prove_budget,n_samples", [(0, 0), (32, 16), (64, 64)])
+@pytest.mark.parametrize("dataset", ["BC", "synthetic3"])
+def test_every_extraction_mode_certifies_exactly(dataset, prove_budget, n_samples, shared_dir):
+    """Sampling and purity proofs are optional (off by default): every mode must give a
+    complete partition whose every cell carries the model's label."""
+    from maps_core.adapters import flatten_model
+    from maps_core.grid import Grid
+    from maps_core.partition import extract
+
+    if dataset == "BC":
+        X, _, y, _, schema = load("BC")
+    else:
+        X, y = synthetic(n_classes=3, n_features=5, seed=3)
+        schema = FeatureSchema.infer(X)
+    model = RandomForestClassifier(n_estimators=20, max_depth=4, random_state=2).fit(X, y)
+    ens = flatten_model(model)
+    grid = Grid.from_ensemble(ens, schema)
+    part = extract(ens, grid, prove_budget=prove_budget, n_samples=n_samples, n_jobs=2)
+    assert part.n_mixed == 0
+    # Complete and disjoint: the volumes add up to the whole grid, and every cell sampled
+    # below lies in exactly one rectangle.
+    vol = np.prod((part.hi - part.lo + 1).astype(np.float64), axis=1).sum()
+    assert vol == np.prod(grid.n_cells.astype(np.float64))
+    rng = np.random.default_rng(4)
+    cells = np.vstack([part.lo, part.hi, rng.integers(part.lo, part.hi + 1)])
+    labels = np.concatenate([part.labels] * 3)
+    assert np.array_equal(model.predict(grid.cell_points(cells)), model.classes_[labels])
+    inside = (part.lo[None] <= cells[:2000, None]) & (cells[:2000, None] <= part.hi[None])
+    assert np.all(inside.all(axis=2).sum(axis=1) == 1)
