@@ -379,18 +379,24 @@ def result_to_dict(maps: CounterfactualMaps, res: CounterfactualResult, k: int =
     return out
 
 
+def _read_arg(text: str, flag: str = "--options") -> str:
+    """An argument's JSON text: itself, ``@path`` (a file) or ``-`` (stdin)."""
+    if text == "-":
+        return sys.stdin.read()
+    if text.startswith("@"):
+        try:
+            return Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CLIError(f"{flag}: cannot read {text[1:]}: {exc}") from exc
+    return text
+
+
 def parse_instance(text: str, names: Sequence[str]) -> list[float]:
     """One input from JSON: a list in feature order or an object keyed by feature name.
 
     ``text`` may also be ``@path`` (read the JSON from a file) or ``-`` (from stdin).
     """
-    if text == "-":
-        text = sys.stdin.read()
-    elif text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CLIError(f"--instance: cannot read {text[1:]}: {exc}") from exc
+    text = _read_arg(text, "--instance")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -482,10 +488,30 @@ def cmd_query(args: argparse.Namespace) -> int:
     x = parse_instance(args.instance, maps.feature_names)
     if args.k < 1:
         raise CLIError("--k must be at least 1")
-    res = maps.counterfactual(x, args.target, norm=args.norm, k=args.k)
+    options = _parse_options(args.options)
+    res = maps.counterfactual(x, args.target, norm=args.norm, k=args.k, **options)
     json.dump(result_to_dict(maps, res, args.k), sys.stdout, indent=2 if args.pretty else None)
     sys.stdout.write("\n")
     return 0
+
+
+QUERY_OPTIONS = ("weights", "immutable", "direction", "bounds", "group_costs")
+
+
+def _parse_options(text: str | None) -> dict[str, Any]:
+    """``--options`` JSON: the constraint fields of the HTTP body, same shapes."""
+    if not text:
+        return {}
+    try:
+        opts = json.loads(_read_arg(text))
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"--options is not valid JSON: {exc}") from exc
+    if not isinstance(opts, dict):
+        raise CLIError(f"--options must be a JSON object with keys among {', '.join(QUERY_OPTIONS)}")
+    unknown = sorted(set(opts) - set(QUERY_OPTIONS))
+    if unknown:
+        raise CLIError(f"--options: unknown key(s) {unknown}; allowed: {', '.join(QUERY_OPTIONS)}")
+    return opts
 
 
 def _make_settings(data_dir: str | None) -> Any:
@@ -576,7 +602,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(@FILE reads it from a file, - from stdin)",
     )
     q.add_argument("--target", metavar="T", help="desired class (default: nearest other class)")
-    q.add_argument("--norm", default="l1", choices=("l1", "l2", "linf"), help="distance (default: l1)")
+    q.add_argument("--norm", default="l1", choices=("l1", "l2", "linf", "l0"), help="distance (default: l1)")
+    q.add_argument(
+        "--options",
+        metavar="JSON",
+        help='constraints as in the HTTP body, e.g. \'{"immutable": ["age"], "direction": '
+        '{"income": "increase"}, "bounds": {"debt": [0, 5000]}, "group_costs": {"job": 2}}\' '
+        "(@FILE reads a file)",
+    )
     q.add_argument("--k", type=int, default=1, metavar="K", help="number of counterfactuals")
     q.add_argument("--pretty", action="store_true", help="indent the JSON")
     q.set_defaults(func=cmd_query)

@@ -33,7 +33,7 @@ from .errors import InvalidInputError, PayloadTooLargeError
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Weight = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
-Norm = Literal["l1", "l2", "linf"]
+Norm = Literal["l1", "l2", "linf", "l0"]
 Direction = Literal["any", "increase", "decrease"]
 
 
@@ -143,7 +143,11 @@ class CounterfactualRequest(_InstancesRequest):
         description="Desired class: a label of the model's classes_ or a display name from "
         "the spec. Omitted: the nearest class other than the prediction.",
     )
-    norm: Norm | None = Field(default=None, description="Distance; default l1 (sparse changes).")
+    norm: Norm | None = Field(
+        default=None,
+        description="Distance; default l1 (sparse changes). l0 counts changed features (a "
+        "one-hot group once), ties broken by weighted l1.",
+    )
     weights: dict[str, Weight] | None = Field(
         default=None,
         description="Cost per unit of change, by feature name (default from the spec).",
@@ -163,6 +167,11 @@ class CounterfactualRequest(_InstancesRequest):
         ge=1,
         description="Counterfactuals per instance, from distinct "
         "regions; the extra ones come back as `alternatives`.",
+    )
+    group_costs: dict[str, Weight] | None = Field(
+        default=None,
+        description="Cost of switching category, by one-hot group name (default: the "
+        "largest weight declared on the group's columns, else 1).",
     )
 
 

@@ -52,7 +52,7 @@ class Settings(BaseSettings):
         answers stay exact (the build never fails for budget reasons); a build thread cannot
         be killed, so the time budget is what keeps a huge model from holding a build worker
         for hours.
-    default_norm : {"l1", "l2", "linf"}
+    default_norm : {"l1", "l2", "linf", "l0"}
         Norm used when a query names none. L1 is the default because it favours sparse
         changes (few features moved), which is what people asking "what should I change?"
         usually want.
@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     build_jobs: int | None = Field(default=None, gt=0)
     build_max_seconds: float | None = Field(default=900.0, gt=0)
     build_max_rectangles: int | None = Field(default=None, gt=0)
-    default_norm: Literal["l1", "l2", "linf"] = "l1"
+    default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
 
     @field_validator("api_tokens", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from .exceptions import InvalidQueryError, SchemaError
 from .grid import Grid
 from .index import KDForest, build_index
 from .partition import Partition, extract
-from .query import QueryOptions, make_options, search
+from .query import QueryOptions, categories, make_options, search
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import FeatureSchema
 
@@ -204,53 +204,20 @@ class CounterfactualMaps:
                 return i
         raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}", "target")
 
-    def counterfactual(
-        self,
-        x: Any,
-        target: Any = None,
-        *,
-        norm: str = "l1",
-        weights: Mapping[str, float] | Sequence[float] | np.ndarray | None = None,
-        immutable: Sequence[str] | None = None,
-        direction: Mapping[str, str] | None = None,
-        bounds: Mapping[str, Sequence[float | None]] | None = None,
-        k: int = 1,
-    ) -> CounterfactualResult:
-        """Exact nearest counterfactual of one input.
+    def counterfactual(self, x: Any, target: Any = None, **options: Any) -> CounterfactualResult:
+        """Exact nearest counterfactual of one input, shape (n_features,).
 
-        Parameters
-        ----------
-        x : array-like of shape (n_features,)
-        target : class label, optional
-            Desired class. Omitted: the nearest class other than the prediction. Equal to
-            the prediction: ``x`` itself at distance 0, with the rectangle containing it.
-        norm : {"l1", "l2", "linf"}
-            Distance; weighted per feature.
-        weights : mapping or array of shape (n_features,), optional
-            Per-unit cost per feature; defaults to the schema's weights (see
-            :mod:`maps_core.schema`).
-        immutable, direction, bounds : optional
-            Constraints (defaults from the schema's ``mutable`` and ``direction``).
-        k : int
-            Number of counterfactuals from distinct rectangles.
+        Takes the options of :meth:`counterfactuals`.
 
-        Returns
-        -------
-        CounterfactualResult
+        Examples
+        --------
+        >>> res = maps.counterfactual(x, norm="l2", immutable=["age"])  # doctest: +SKIP
+        >>> res.best.x, res.best.distance, res.best.region  # doctest: +SKIP
         """
         A = self._as_matrix(x)
         if A.shape[0] != 1:
             raise InvalidQueryError("counterfactual() takes one instance", "instance")
-        return self.counterfactuals(
-            A,
-            target,
-            norm=norm,
-            weights=weights,
-            immutable=immutable,
-            direction=direction,
-            bounds=bounds,
-            k=k,
-        )[0]
+        return self.counterfactuals(A, target, **options)[0]
 
     def counterfactuals(
         self,
@@ -263,10 +230,36 @@ class CounterfactualMaps:
         direction: Mapping[str, str] | None = None,
         bounds: Mapping[str, Sequence[float | None]] | None = None,
         k: int = 1,
+        group_costs: Mapping[str, float] | None = None,
     ) -> list[CounterfactualResult]:
-        """Exact counterfactuals for every row of ``X`` (shape (n_samples, n_features)).
+        """Exact counterfactuals for every row of ``X``, in input order.
 
-        Same options as :meth:`counterfactual`; results are in input order.
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Legal inputs (inside the schema's domain; one-hot groups exactly one-hot).
+        target : class label, optional
+            Desired class. Omitted: the nearest class other than the prediction. Equal to
+            the prediction: ``x`` itself at distance 0, with the rectangle containing it.
+        norm : {"l1", "l2", "linf", "l0"}
+            Distance, weighted per feature. ``l0`` counts the changed features (a one-hot
+            group counts once) and breaks ties by weighted l1.
+        weights : mapping or array of shape (n_features,), optional
+            Per-unit cost per feature; defaults to the schema's weights (see
+            :mod:`maps_core.schema`).
+        immutable, direction, bounds : optional
+            Constraints (defaults from the schema's ``mutable`` and ``direction``).
+        k : int
+            Number of counterfactuals from distinct rectangles, nearest first.
+        group_costs : mapping, optional
+            Cost of switching category, per one-hot group name (default from the schema,
+            see :meth:`FeatureSchema.default_group_costs`).
+
+        Returns
+        -------
+        list of CounterfactualResult
+            ``feasible`` is False with a ``reason`` when no input satisfying the
+            constraints gets the target class.
         """
         A = self._as_matrix(X)
         t_idx = None if target is None else self.target_index(target)
@@ -278,7 +271,9 @@ class CounterfactualMaps:
             direction=direction,
             bounds=bounds,
             k=k,
+            group_costs=group_costs,
         )
+        categories(opts, A)  # every row's one-hot groups are valid before any work
         return [self._one(A[i], t_idx, opts) for i in range(A.shape[0])]
 
     def _one(self, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> CounterfactualResult:

@@ -724,11 +724,22 @@ def extract(
     return Partition(lo=lo, hi=hi, labels=lab.astype(np.int32), counters=info)
 
 
-def refine_region(kern: Kernel, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Fully refine one region (used for mixed boxes at query time)."""
-    olo, ohi, olab, _, _, _, _, _ = kern.refine(
-        lo.astype(np.int32), hi.astype(np.int32), 2**62, 0, 0, 1
+def refine_region(
+    kern: Kernel, lo: np.ndarray, hi: np.ndarray, max_regions: int = 2**62
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Refine one region (a mixed box, at query time) into disjoint pieces.
+
+    Returns (lo, hi, labels) covering the region: certified pieces with their class,
+    near-tie cells with ``NEAR_TIE`` (the caller labels them with the model), and, when
+    ``max_regions`` ran out, the parts still unresolved with ``MIXED``.
+    """
+    olo, ohi, olab, _, llo, lhi, n_left, _ = kern.refine(
+        lo.astype(np.int32), hi.astype(np.int32), max_regions, 0, 0, 1
     )
+    if n_left:
+        olo = np.concatenate([olo, llo])
+        ohi = np.concatenate([ohi, lhi])
+        olab = np.concatenate([olab, np.full(n_left, MIXED, dtype=np.int32)])
     return olo, ohi, olab
 
 

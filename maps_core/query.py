@@ -19,7 +19,10 @@ float32 value strictly inside.
 
 from __future__ import annotations
 
+import heapq
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,12 +31,12 @@ import numpy as np
 from numba import njit
 
 from .exceptions import InvalidQueryError
-from .partition import MIXED, Kernel, refine_region
+from .partition import MIXED, NEAR_TIE, Kernel, refine_region
 
 if TYPE_CHECKING:  # pragma: no cover
     from .maps import CounterfactualMaps
 
-NORMS = {"l1": 0, "l2": 1, "linf": 2}
+NORMS = {"l1": 0, "l2": 1, "linf": 2, "l0": 3}
 
 
 # --------------------------------------------------------------------------------------
@@ -41,17 +44,55 @@ NORMS = {"l1": 0, "l2": 1, "linf": 2}
 # --------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True, inline="always")
 def _acc(norm, total, term):
-    if norm == 0:
+    if norm == 0 or norm == 3:
         return total + term
     if norm == 1:
         return total + term * term
     return max(total, term)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _key(norm, total, changes):
+    """Search key: the accumulated cost, or for ``l0`` the pair (changes, weighted l1)
+    folded into one float ordered lexicographically (``l1 / (1 + l1) < 1``)."""
+    if norm == 3:
+        return changes + total / (1.0 + total)
+    return total
+
+
 @njit(cache=True, nogil=True)
-def _box_dist(x, w, norm, cmin, cmax, integral, lo, hi):
+def _groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat):
+    """Add the one-hot groups' switching costs given which values (0 / 1) each dummy
+    column may take (``a0``, ``a1``). A group may stay on x's category when that column
+    may be 1 and all others 0; otherwise it switches (one change, cost ``gcost[g]``) to a
+    category whose column may be 1 while all others may be 0. Returns (total, changes,
+    feasible)."""
+    for g in range(gcost.shape[0]):
+        forced = -1
+        n_forced = 0
+        any1 = False
+        for i in range(gstart[g], gstart[g + 1]):
+            j = gcols[i]
+            if not a0[j]:
+                forced = j
+                n_forced += 1
+            if a1[j]:
+                any1 = True
+        if n_forced > 1 or not any1:
+            return total, changes, False
+        cur = xcat[g]
+        stay = forced == cur if n_forced == 1 else a1[cur]
+        if not stay:
+            total = _acc(norm, total, gcost[g])
+            changes += 1
+    return total, changes, True
+
+
+@njit(cache=True, nogil=True)
+def _box_dist(x, w, norm, cmin, cmax, integral, lo, hi, gcol, gstart, gcols, gcost, xcat, a0, a1):
     """Distance from ``x`` to the closed box ``[lo, hi]`` within the constraint box."""
     total = 0.0
+    changes = 0
     for f in range(x.shape[0]):
         a = max(lo[f], cmin[f])
         b = min(hi[f], cmax[f])
@@ -60,21 +101,33 @@ def _box_dist(x, w, norm, cmin, cmax, integral, lo, hi):
             b = math.floor(b)
         if a > b:
             return np.inf
+        if gcol[f] >= 0:
+            a0[f] = a <= 0.0
+            a1[f] = b >= 1.0
+            continue
         v = x[f]
         if v < a:
             total = _acc(norm, total, w[f] * (a - v))
+            changes += 1
         elif v > b:
             total = _acc(norm, total, w[f] * (v - b))
-    return total
+            changes += 1
+    if gcost.shape[0]:
+        total, changes, ok = _groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat)
+        if not ok:
+            return np.inf
+    return _key(norm, total, changes)
 
 
 @njit(cache=True, nogil=True)
-def _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, clcl, bound):
+def _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, clcl, bound,
+               gcol, gstart, gcols, gcost, xcat, a0, a1):
     """Exact (infimum) distance to rectangle ``r`` under the constraints; inf if empty.
 
     Stops early (returning inf) once the partial cost reaches ``bound``.
     """
     total = 0.0
+    changes = 0
     for f in range(x.shape[0]):
         g = coff[f] + rlo[r, f]
         a = clow[g]
@@ -96,14 +149,25 @@ def _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, 
             is_open = False
         if a > b or (is_open and a >= b):
             return np.inf
+        if gcol[f] >= 0:
+            a0[f] = a <= 0.0
+            a1[f] = b >= 1.0
+            continue
         v = x[f]
-        if v < a:
+        if v < a or (is_open and v == a):  # x at an open end must move (by an ulp)
             total = _acc(norm, total, w[f] * (a - v))
+            changes += 1
         elif v > b:
             total = _acc(norm, total, w[f] * (v - b))
-        if total >= bound:
+            changes += 1
+        if _key(norm, total, changes) >= bound:
             return np.inf
-    return total
+    if gcost.shape[0]:
+        total, changes, ok = _groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat)
+        if not ok:
+            return np.inf
+    d = _key(norm, total, changes)
+    return np.inf if d >= bound else d
 
 
 @njit(cache=True, nogil=True)
@@ -152,8 +216,9 @@ def _pop(keys, vals, n):
 
 
 @njit(cache=True, nogil=True)
-def _search(x, w, norm, cmin, cmax, integral, tmask, k, node_lo, node_hi, left, right, start,
-            end, order, class_root, labels, rlo, rhi, coff, clow, cupp, clcl):
+def _search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
+            node_lo, node_hi, left, right, start, end, order, class_root, labels, rlo, rhi, coff,
+            clow, cupp, clcl):
     """Best-first branch-and-bound for the ``k`` nearest rectangles of the target classes.
 
     Returns (best_ids, best_d, mixed_ids, mixed_d, popped, evaluated); distances are in
@@ -162,11 +227,14 @@ def _search(x, w, norm, cmin, cmax, integral, tmask, k, node_lo, node_hi, left, 
     """
     keys = np.empty(64)
     vals = np.empty(64, dtype=np.int64)
+    a0 = np.empty(x.shape[0], dtype=np.bool_)
+    a1 = np.empty(x.shape[0], dtype=np.bool_)
     n = 0
     for c in range(class_root.shape[0]):
         if tmask[c] and class_root[c] >= 0:
             nd = class_root[c]
-            d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[nd], node_hi[nd])
+            d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[nd], node_hi[nd], gcol, gstart,
+                          gcols, gcost, xcat, a0, a1)
             if d < np.inf:
                 keys, vals, n = _push(keys, vals, n, d, nd)
     best_d = np.full(k, np.inf)
@@ -189,7 +257,7 @@ def _search(x, w, norm, cmin, cmax, integral, tmask, k, node_lo, node_hi, left, 
                     continue
                 evaluated += 1
                 d = _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
-                               clcl, best_d[k - 1])
+                               clcl, best_d[k - 1], gcol, gstart, gcols, gcost, xcat, a0, a1)
                 if d >= best_d[k - 1]:
                     continue
                 if lab == -1:
@@ -215,7 +283,8 @@ def _search(x, w, norm, cmin, cmax, integral, tmask, k, node_lo, node_hi, left, 
                 best_id[j] = r
         else:
             for ch in (left[nd], right[nd]):
-                d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[ch], node_hi[ch])
+                d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[ch], node_hi[ch], gcol,
+                              gstart, gcols, gcost, xcat, a0, a1)
                 if d < best_d[k - 1]:
                     keys, vals, n = _push(keys, vals, n, d, ch)
     return best_id, best_d, mixed_ids[:n_mixed].copy(), mixed_d[:n_mixed].copy(), popped, evaluated
@@ -269,16 +338,20 @@ def _locate(P, C, node_lo, node_hi, left, right, start, end, order, class_root, 
 
 
 @njit(cache=True, nogil=True)
-def _scan(x, w, norm, cmin, cmax, integral, tmask, labels, rlo, rhi, coff, clow, cupp, clcl):
-    """Linear scan over every rectangle: distance per rectangle (inf if not a target)."""
+def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat, labels, rlo,
+          rhi, coff, clow, cupp, clcl, with_mixed):
+    """Linear scan over every rectangle: distance per rectangle (inf if not a target;
+    mixed ones get their distance when ``with_mixed``)."""
     n = labels.shape[0]
     out = np.full(n, np.inf)
+    a0 = np.empty(x.shape[0], dtype=np.bool_)
+    a1 = np.empty(x.shape[0], dtype=np.bool_)
     for r in range(n):
         lab = labels[r]
-        if lab < 0 or not tmask[lab]:
+        if (lab < 0 and not (with_mixed and lab == -1)) or (lab >= 0 and not tmask[lab]):
             continue
         out[r] = _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
-                            clcl, np.inf)
+                            clcl, np.inf, gcol, gstart, gcols, gcost, xcat, a0, a1)
     return out
 
 
@@ -296,10 +369,22 @@ class QueryOptions:
     lower: np.ndarray
     upper: np.ndarray
     k: int = 1
+    # One-hot groups in CSR form: ``gcols[gstart[g]:gstart[g + 1]]`` are group g's columns,
+    # ``gcol[f]`` is f's group (-1 outside groups), ``gcost[g]`` its switching cost.
+    group_names: tuple[str, ...] = ()
+    gcol: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    gstart: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    gcols: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    gcost: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
 
     @property
     def norm_code(self) -> int:
         return NORMS[self.norm]
+
+    def group_args(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Kernel arguments for the groups: (gcol, gstart, gcols, gcost, xcat), where
+        ``xcat[g]`` is the column of x's category (x validated by :func:`categories`)."""
+        return self.gcol, self.gstart, self.gcols, self.gcost, categories(self, x[None, :])[0]
 
     def constraint_box(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Box every counterfactual of ``x`` must lie in, two arrays of shape (m,)."""
@@ -310,6 +395,28 @@ class QueryOptions:
         cmin[inc] = np.maximum(cmin[inc], x[inc])
         cmax[dec] = np.minimum(cmax[dec], x[dec])
         return cmin, cmax
+
+
+def categories(opts: QueryOptions, A: np.ndarray) -> np.ndarray:
+    """Column of each row's category per one-hot group, shape (n, n_groups).
+
+    Raises :class:`InvalidQueryError` naming the group when a row is not exactly one-hot
+    there (the current category of such an input is undefined)."""
+    G = opts.gcost.shape[0]
+    out = np.empty((A.shape[0], G), dtype=np.int64)
+    for g in range(G):
+        cols = opts.gcols[opts.gstart[g]:opts.gstart[g + 1]]
+        block = A[:, cols]
+        ok = np.all((block == 0) | (block == 1), axis=1) & (block.sum(axis=1) == 1)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise InvalidQueryError(
+                f"one-hot group {opts.group_names[g]!r} must have exactly one column equal to 1 "
+                f"(instance {i} has {block[i].tolist()})",
+                opts.group_names[g],
+            )
+        out[:, g] = cols[np.argmax(block, axis=1)]
+    return out
 
 
 def _by_feature(maps: CounterfactualMaps, value: Any, what: str) -> dict[int, Any]:
@@ -335,6 +442,7 @@ def make_options(
     direction: Mapping[str, str] | None = None,
     bounds: Mapping[str, Sequence[float | None]] | None = None,
     k: int = 1,
+    group_costs: Mapping[str, float] | None = None,
 ) -> QueryOptions:
     """Validate query options against the maps' schema (defaults from the schema)."""
     m = maps.n_features
@@ -389,8 +497,33 @@ def make_options(
             raise InvalidQueryError(f"bounds of {name!r} must satisfy lower <= upper", name)
         lower[j] = max(lower[j], lo_f)
         upper[j] = min(upper[j], hi_f)
+    groups = schema.groups()
+    names = tuple(groups)
+    costs = schema.default_group_costs()
+    if group_costs is not None:
+        if not isinstance(group_costs, Mapping):
+            raise InvalidQueryError("group_costs must be an object keyed by group name", "group_costs")
+        for gname, v in group_costs.items():
+            if gname not in groups:
+                raise InvalidQueryError(
+                    f"group_costs: unknown one-hot group {gname!r}; groups are {list(names)}", str(gname)
+                )
+            try:
+                costs[gname] = float(v)
+            except (TypeError, ValueError) as exc:
+                raise InvalidQueryError(f"cost of group {gname!r} must be a number", str(gname)) from exc
+            if not math.isfinite(costs[gname]) or costs[gname] < 0:
+                raise InvalidQueryError(f"cost of group {gname!r} must be finite and >= 0", str(gname))
+    gcol = np.full(m, -1, dtype=np.int64)
+    for g, gname in enumerate(names):
+        gcol[groups[gname]] = g
+    sizes = [len(groups[g]) for g in names]
     return QueryOptions(
-        norm=norm, weights=w, immutable=imm, direction=dirs, lower=lower, upper=upper, k=int(k)
+        norm=norm, weights=w, immutable=imm, direction=dirs, lower=lower, upper=upper, k=int(k),
+        group_names=names, gcol=gcol,
+        gstart=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        gcols=np.array([j for g in names for j in groups[g]], dtype=np.int64),
+        gcost=np.array([costs[g] for g in names], dtype=np.float64),
     )
 
 
@@ -419,15 +552,27 @@ class SearchOutput:
 
 
 def _finish(norm: str, acc: float) -> float:
+    if norm == "l0":
+        return float(math.floor(acc))  # the number of changes; the fraction is the tie-break
     return math.sqrt(acc) if norm == "l2" else float(acc)
 
 
-def point_distance(x: np.ndarray, p: np.ndarray, w: np.ndarray, norm: str) -> float:
-    """Weighted distance between two points of shape (m,)."""
-    d = w * np.abs(p - x)
-    if norm == "l1":
+def point_distance(x: np.ndarray, p: np.ndarray, opts: QueryOptions) -> float:
+    """Distance between two legal points of shape (m,) under ``opts`` (weights, norm,
+    one-hot groups: a changed group costs its switching cost, and counts once in l0)."""
+    plain = opts.gcol < 0
+    d = (opts.weights * np.abs(p - x))[plain]
+    changed = np.count_nonzero(p[plain] != x[plain])
+    for g in range(opts.gcost.shape[0]):
+        cols = opts.gcols[opts.gstart[g]:opts.gstart[g + 1]]
+        if np.any(p[cols] != x[cols]):
+            d = np.append(d, opts.gcost[g])
+            changed += 1
+    if opts.norm == "l0":
+        return float(changed)
+    if opts.norm == "l1":
         return float(d.sum())
-    if norm == "l2":
+    if opts.norm == "l2":
         return float(np.sqrt((d * d).sum()))
     return float(d.max(initial=0.0))
 
@@ -489,7 +634,20 @@ def assemble(
             p[f] = float(np.nextafter(np.float32(hi_f), np.float32(-np.inf)))
         elif p[f] != x[f]:
             p[f] = v32
-    cfd = point_distance(x, p, opts.weights, opts.norm)
+    # One-hot groups: stay on x's category when the region allows it, otherwise take the
+    # first category the region allows (all switches cost the same).
+    for gi in range(opts.gcost.shape[0]):
+        cols = opts.gcols[opts.gstart[gi]:opts.gstart[gi + 1]]
+        may0 = lower[cols] <= 0
+        may1 = upper[cols] >= 1
+        cur = int(np.argmax(x[cols]))
+        if may1[cur] and np.all(np.delete(may0, cur)):
+            pick = cur
+        else:
+            pick = next(i for i in range(len(cols)) if may1[i] and np.all(np.delete(may0, i)))
+        p[cols] = 0.0
+        p[cols[pick]] = 1.0
+    cfd = point_distance(x, p, opts)
     return Found(
         x=p,
         distance=float(distance),
@@ -537,43 +695,93 @@ def locate(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
     return lab
 
 
-def _kernel(maps: CounterfactualMaps) -> Kernel:
-    kern = getattr(maps, "_kernel_cache", None)
-    if kern is None:
-        kern = Kernel.make(maps.ensemble, maps.grid)
-        maps._kernel_cache = kern  # type: ignore[attr-defined]
-    return kern
+class _RefineCache:
+    """Certified pieces of mixed regions, refined on demand and shared by all queries.
 
+    A mixed box is refined by a bounded chunk of work (``CHUNK`` regions); what the chunk
+    leaves unresolved comes back as smaller mixed boxes, refined in turn only if a query
+    gets near them. So a query pays only for the part of a mixed region it can reach,
+    and the map grows finer where queries go. Least recently used entries are evicted
+    beyond ``max_rectangles`` cached boxes.
+    """
 
-def _refined(maps: CounterfactualMaps, rid: int) -> tuple[np.ndarray, ...]:
-    """Certified sub-boxes of mixed region ``rid``, cached on the maps object."""
-    cache: dict[int, tuple[np.ndarray, ...]] = maps.__dict__.setdefault("_refine_cache", {})
-    if rid not in cache:
-        part = maps.partition
-        lo, hi, lab = refine_region(_kernel(maps), np.asarray(part.lo[rid]), np.asarray(part.hi[rid]))
-        ties = lab < 0
+    CHUNK = 512
+
+    def __init__(self, maps: CounterfactualMaps, max_rectangles: int = 2_000_000) -> None:
+        self.maps = maps
+        self.kern = Kernel.make(maps.ensemble, maps.grid)
+        self.max_rectangles = max_rectangles
+        self.size = 0
+        self.entries: OrderedDict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def pieces(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lo, hi, labels) of the pieces of the mixed box ``lo..hi`` (cell ranges)."""
+        key = lo.astype(np.int32).tobytes() + hi.astype(np.int32).tobytes()
+        with self.lock:
+            hit = self.entries.get(key)
+            if hit is not None:
+                self.entries.move_to_end(key)
+                return hit
+        plo, phi, plab = refine_region(self.kern, lo, hi, self.CHUNK)
+        ties = plab == NEAR_TIE
         if ties.any():
-            lab[ties] = maps.ensemble.predict_index(maps.grid.cell_points(lo[ties]))
-        cache[rid] = (lo, hi, lab)
-    return cache[rid]
+            plab[ties] = self.maps.ensemble.predict_index(self.maps.grid.cell_points(plo[ties]))
+        out = (plo, phi, plab)
+        with self.lock:
+            if key not in self.entries:
+                self.entries[key] = out
+                self.size += len(plab)
+                while self.size > self.max_rectangles and len(self.entries) > 1:
+                    _, old = self.entries.popitem(last=False)
+                    self.size -= len(old[2])
+        return out
+
+
+def _refine_cache(maps: CounterfactualMaps) -> _RefineCache:
+    cache = maps.__dict__.get("_refine_cache")
+    if cache is None:
+        cache = maps.__dict__.setdefault("_refine_cache", _RefineCache(maps))
+    return cache
+
+
+def _reason(maps: CounterfactualMaps, tmask: np.ndarray, opts: QueryOptions) -> str:
+    names = " or ".join(str(maps.classes[i]) for i in np.flatnonzero(tmask))
+    fixed = [maps.feature_names[j] for j in np.flatnonzero(opts.immutable)]
+    oneway = [maps.feature_names[j] for j in np.flatnonzero(opts.direction != 0)]
+    g = maps.grid
+    narrowed = (opts.lower > g.dom_lower) | (opts.upper < g.dom_upper)
+    bounded = [maps.feature_names[j] for j in np.flatnonzero(narrowed)]
+    parts = []
+    if fixed:
+        parts.append("immutable: " + ", ".join(fixed))
+    if oneway:
+        parts.append("one-way: " + ", ".join(oneway))
+    if bounded:
+        parts.append("bounded: " + ", ".join(bounded))
+    within = f" within the constraints ({'; '.join(parts)})" if parts else " in the legal domain"
+    return f"the model classifies no input{within} as {names}"
 
 
 def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> SearchOutput:
     """Run one query (``x`` already validated, shape (m,))."""
-    rid = int(locate_rect(maps, x[None, :])[0])
-    pred = int(locate(maps, x[None, :])[0])
-    cmin, cmax = opts.constraint_box(x)
-    c = len(maps.classes)
     part = maps.partition
+    rid = int(locate_rect(maps, x[None, :])[0])
+    pred = int(part.labels[rid]) if rid >= 0 else MIXED
+    if pred == MIXED:
+        pred = int(maps.ensemble.predict_index(x[None, :])[0])
+    cmin, cmax = opts.constraint_box(x)
+    groups = opts.group_args(x)
+    c = len(maps.classes)
     if t_idx is not None and t_idx == pred:
-        lab_rid = int(part.labels[rid])
-        if lab_rid == MIXED:
-            lo, hi, lab = _refined(maps, rid)
+        lo_c, hi_c = np.asarray(part.lo[rid]), np.asarray(part.hi[rid])
+        if int(part.labels[rid]) == MIXED:
             cells = maps.grid.cells_of(x[None, :])[0]
-            j = int(np.flatnonzero(np.all((lo <= cells) & (cells <= hi), axis=1))[0])
-            lo_c, hi_c = lo[j], hi[j]
-        else:
-            lo_c, hi_c = np.asarray(part.lo[rid]), np.asarray(part.hi[rid])
+            lab_c = MIXED
+            while lab_c == MIXED:  # descend through the refined pieces holding x
+                plo, phi, plab = _refine_cache(maps).pieces(lo_c, hi_c)
+                j = int(np.flatnonzero(np.all((plo <= cells) & (cells <= phi), axis=1))[0])
+                lo_c, hi_c, lab_c = plo[j], phi[j], int(plab[j])
         f = assemble(maps, x, lo_c, hi_c, 0.0, pred, np.minimum(cmin, x), np.maximum(cmax, x), opts)
         f.x = x.copy()
         f.counterfactual_distance = 0.0
@@ -588,7 +796,7 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     x_w = np.ascontiguousarray(x, dtype=np.float64)
     k = opts.k
     best_id, best_d, mixed_ids, mixed_d, popped, evaluated = _search(
-        x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, k, *_arrays(maps)
+        x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, k, *groups, *_arrays(maps)
     )
     cands: list[tuple[float, np.ndarray, np.ndarray, int]] = [
         (float(d), np.asarray(part.lo[r]), np.asarray(part.hi[r]), int(part.labels[r]))
@@ -597,22 +805,31 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     ]
     refined = 0
     if mixed_ids.size:
-        # Refine mixed regions that could still beat the k-th best, nearest first.
-        order = np.argsort(mixed_d, kind="stable")
-        seen: set[int] = set()
-        for j in order:
-            r = int(mixed_ids[j])
+        # Best-first over mixed boxes: a popped box is replaced by its refined pieces;
+        # certified target pieces become candidates, mixed ones go back on the heap.
+        g = maps.grid
+        cache = _refine_cache(maps)
+        heap = [(float(d), i, np.asarray(part.lo[r]), np.asarray(part.hi[r]))
+                for i, (r, d) in enumerate(zip(mixed_ids, mixed_d, strict=True))]
+        heapq.heapify(heap)
+        tie = len(heap)
+        while heap:
+            d0, _, lo, hi = heapq.heappop(heap)
             kth = cands[k - 1][0] if len(cands) >= k else np.inf
-            if r in seen or mixed_d[j] >= kth:
-                continue
-            seen.add(r)
-            lo, hi, lab = _refined(maps, r)
+            if d0 >= kth:
+                break
+            plo, phi, plab = cache.pieces(lo, hi)
             refined += 1
-            d_all = _scan(x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask,
-                          lab, lo, hi, maps.grid.cell_offsets, maps.grid.cell_lower,
-                          maps.grid.cell_upper, maps.grid.cell_lower_closed)
-            for i in np.flatnonzero(np.isfinite(d_all)):
-                cands.append((float(d_all[i]), lo[i], hi[i], int(lab[i])))
+            pieces: tuple[Any, ...] = (plab, plo, phi, g.cell_offsets, g.cell_lower, g.cell_upper,
+                      g.cell_lower_closed, True)
+            d_all = _scan(x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, *groups,
+                          *pieces)
+            for i in np.flatnonzero(d_all < kth):
+                if plab[i] == MIXED:
+                    tie += 1
+                    heapq.heappush(heap, (float(d_all[i]), tie, plo[i], phi[i]))
+                else:
+                    cands.append((float(d_all[i]), plo[i], phi[i], int(plab[i])))
             cands.sort(key=lambda t: t[0])
             del cands[k:]
     out = SearchOutput(
@@ -624,10 +841,7 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
             assemble(maps, x, lo_c, hi_c, _finish(opts.norm, d), lab_c, cmin, cmax, opts)
         )
     if not out.found:
-        names = [str(maps.classes[i]) for i in np.flatnonzero(tmask)]
-        out.reason = (
-            f"no input satisfying the constraints is classified as {' or '.join(names)}"
-        )
+        out.reason = _reason(maps, tmask, opts)
     return out
 
 
@@ -638,8 +852,9 @@ def linear_scan(maps: CounterfactualMaps, x: np.ndarray, t_idx: int, opts: Query
     tmask = np.zeros(len(maps.classes), dtype=bool)
     tmask[t_idx] = True
     g, part = maps.grid, maps.partition
+    rects: tuple[Any, ...] = (part.labels, part.lo, part.hi, g.cell_offsets, g.cell_lower, g.cell_upper,
+             g.cell_lower_closed, False)
     d = _scan(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin, cmax,
-              g.integral, tmask, part.labels, part.lo, part.hi, g.cell_offsets, g.cell_lower,
-              g.cell_upper, g.cell_lower_closed)
+              g.integral, tmask, *opts.group_args(x), *rects)
     r = int(np.argmin(d))
     return _finish(opts.norm, float(d[r])), r

@@ -252,6 +252,16 @@ class FeatureSchema:
         """Array of shape (n_features,) of default per-unit costs."""
         return np.array([f.default_weight() for f in self.features], dtype=np.float64)
 
+    def default_group_costs(self) -> dict[str, float]:
+        """Cost of switching category per one-hot group: the largest ``weight`` declared
+        on the group's columns, else 1 (the cost of flipping a binary feature, whose
+        default weight is 1 / (1 - 0))."""
+        out: dict[str, float] = {}
+        for g, cols in self.groups().items():
+            ws = [float(w) for j in cols if (w := self.features[j].weight) is not None]
+            out[g] = max(ws) if ws else 1.0
+        return out
+
     def groups(self) -> dict[str, list[int]]:
         """One-hot groups: group name -> column indices."""
         out: dict[str, list[int]] = {}

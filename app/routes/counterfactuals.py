@@ -95,6 +95,7 @@ async def counterfactuals(
         direction=body.direction,
         bounds=None if body.bounds is None else {k: list(v) for k, v in body.bounds.items()},
         k=body.k,
+        group_costs=body.group_costs,
     )
     metrics.counterfactuals.inc(len(results))
     out = [_result(entry, codec, X[i], r, body.k) for i, r in enumerate(results)]
