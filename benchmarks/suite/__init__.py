@@ -1,0 +1,1 @@
+"""cfmaps benchmark suite (issue 5): entry point ``python benchmarks/run.py``."""

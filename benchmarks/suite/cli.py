@@ -1,0 +1,131 @@
+"""Command line of the benchmark suite: run the parts in order, then write the report.
+
+    python benchmarks/run.py [--quick | --full] [--parts paper,sensitivity,peers] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from suite import env as envmod
+from suite import report
+from suite.config import MODES, NORMS
+from suite.metrics import condense, status
+from suite.peers_cmp import run_peers
+from suite.runner import run_worker
+
+BENCH = Path(__file__).resolve().parents[1]
+T_START = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T_START:7.1f}s] {msg}", flush=True)
+
+
+def _line(r: dict) -> str:
+    if "T0" not in r:
+        return status(r)
+    nm = r.get("norms", {})
+    lat = " ".join(f"{n} {nm[n]['p50_ms']:.3g}ms({nm[n]['n']})" for n in NORMS if "p50_ms" in nm.get(n, {}))
+    return (f"T0 {r['T0']:.2f}s rect {r['rectangles']:,} mixed {r.get('mixed', 0):,}; {lat}; "
+            f"wall {r['wall_s']:.0f}s; {status(r)}")
+
+
+def part_paper(mode, peers_needed: set[str]) -> list[dict]:
+    plan = mode.paper
+    rows = []
+    for ds in plan.datasets:
+        for seed in range(plan.seeds[ds]):
+            spec = {"dataset": ds, "trees": 100, "depth": 5, "seed": seed,
+                    "max_seconds": plan.build_budget[ds], "n_queries": plan.n_queries,
+                    "query_budget": plan.query_budget, "norms": list(NORMS),
+                    "n_peer": mode.peers.n_queries[ds] if seed == 0 and ds in peers_needed else 0,
+                    "n_scan": plan.n_scan if seed == 0 else 0}
+            log(f"part 1: {ds} 100x5 seed {seed} (budget {spec['max_seconds']:g} s)")
+            r = condense(run_worker(spec, log))
+            rows.append(r)
+            log(f"  {ds} seed {seed}: {_line(r)}")
+    return rows
+
+
+def part_sensitivity(mode) -> list[dict]:
+    plan = mode.sensitivity
+    configs = [(t, 5) for t in plan.trees] + [(100, d) for d in plan.depths if d != 5]
+    rows = []
+    for ds in plan.datasets:
+        for trees, depth in configs:
+            spec = {"dataset": ds, "trees": trees, "depth": depth, "seed": 0,
+                    "max_seconds": plan.build_budget, "n_queries": plan.n_queries,
+                    "query_budget": plan.query_budget, "norms": list(NORMS), "n_peer": 0, "n_scan": 0}
+            log(f"part 2: {ds} {trees} trees depth {depth}")
+            r = condense(run_worker(spec, log))
+            rows.append(r)
+            log(f"  {ds} {trees}x{depth}: {_line(r)}")
+    return rows
+
+
+def part_peers(mode, paper_rows: list[dict]) -> dict:
+    out = {}
+    for ds in mode.peers.datasets:
+        w = next((r for r in paper_rows if r["spec"]["dataset"] == ds and r["spec"]["seed"] == 0), None)
+        if w is None:
+            log(f"part 3: {ds}: no seed-0 build from part 1; skipped")
+            continue
+        log(f"part 3: {ds}")
+        out[ds] = run_peers(ds, w, mode.peers, log)
+        for name, p in out[ds].get("peers", {}).items():
+            s = p.get("summary")
+            if s:
+                log(f"  {ds} {name}: median {s['median_time_s']} s/query, valid {s['valid']}/{s['n']}, "
+                    f"proved {s['proved_optimal']}, ratio {s['median_ratio']}, "
+                    f"= ours {s['optimal_matched']}/{s['optimal_compared']}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="cfmaps benchmark suite (see benchmarks/README.md)")
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="< 3 minutes: CP and FI, 1 seed, few queries")
+    g.add_argument("--full", action="store_true", help="5 seeds everywhere, large budgets (hours)")
+    ap.add_argument("--parts", default="paper,sensitivity,peers",
+                    help="comma-separated subset of paper,sensitivity,peers (peers need paper)")
+    ap.add_argument("--out", type=Path, help="output directory (default benchmarks/results, "
+                    "benchmarks/results/quick with --quick)")
+    a = ap.parse_args(argv)
+    mode = MODES["quick" if a.quick else "full" if a.full else "default"]
+    parts = {p.strip() for p in a.parts.split(",") if p.strip()}
+    unknown = parts - {"paper", "sensitivity", "peers"}
+    if unknown:
+        ap.error(f"unknown parts {sorted(unknown)}")
+    if "peers" in parts:
+        parts.add("paper")
+    out = a.out or (BENCH / "results" / ("quick" if a.quick else ""))
+    command = "python " + " ".join(shlex.quote(x) for x in
+                                   ["benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)])
+    env = envmod.describe()
+    log(f"{command}  ({mode.name} mode) -> {out}")
+    log(f"{env['nproc']} CPUs {env['cpu']}, {env['ram_gb']} GB, Python {env['python']}, "
+        f"load {env['load_start']}, git {env['git']}")
+    results: dict = {"mode": mode.name, "command": command, "env": env,
+                     "plan": dataclasses.asdict(mode), "parts": sorted(parts)}
+    peers_needed = set(mode.peers.datasets) if "peers" in parts else set()
+    if "paper" in parts:
+        results["paper"] = part_paper(mode, peers_needed)
+    if "sensitivity" in parts:
+        results["sensitivity"] = part_sensitivity(mode)
+    if "peers" in parts:
+        results["peers"] = part_peers(mode, results["paper"])
+    env["load_end"] = envmod.load_average()
+    env["git_end"] = envmod.describe()["git"]
+    results["wall_s"] = time.perf_counter() - T_START
+    lines = report.write(results, out)
+    print()
+    print(f"== summary ({mode.name} mode, {results['wall_s'] / 60:.1f} min; {out / 'README.md'}) ==")
+    for s in lines:
+        print(("!!! " if s.startswith("MISMATCH") else "") + s.replace("**", ""))
+    return 1 if any(s.startswith("MISMATCH") for s in lines) else 0
