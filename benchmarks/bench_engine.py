@@ -6,6 +6,18 @@ prints build time T0, rectangles per class, mixed regions left by the time budge
 disk, peak RSS, and per-query latency p50/p99 for l1/l2/linf over up to 1000 test queries
 (topped up with uniform legal samples), beside one single-row ``model.predict``.
 
+A second table (issue 4) times the same queries under two constraint sets, beside the
+unconstrained ones, with the ratio of the p50s (target: at most 2x) and the fraction of
+queries that come back infeasible:
+
+* ``immutable 30%``: ``round(0.3 * n_features)`` features chosen by
+  ``np.random.default_rng(0).choice(n_features, ..., replace=False)``, the same for every
+  query (names printed under the table);
+* ``bounds all``: every feature bounded to ``[x_f - h_f, x_f + h_f]`` around the query,
+  ``h_f`` = 25% of the feature's legal range (observed range when unbounded), at least 1 on
+  integral features so that a binary feature keeps both values (on the all-binary CP and FI
+  these bounds therefore do not bind: they time the bounds path only).
+
 Each dataset runs in its own subprocess so that peak memory is per dataset.
 
     python benchmarks/bench_engine.py [--datasets BC,CP,FI,PD] [--max-seconds 240]
@@ -70,6 +82,7 @@ def run_one(name: str, max_seconds: float, n_queries: int) -> dict:
                 ts.append(time.perf_counter() - s)
                 refined += r.stats.regions_refined
             lat[norm] = (float(np.median(ts)) * 1e3, float(np.percentile(ts, 99)) * 1e3)
+        constrained = constrained_latency(loaded, schema, Xtr, Q)
     s = time.perf_counter()
     for q in Q[:200]:
         model.predict(q[None])
@@ -86,7 +99,46 @@ def run_one(name: str, max_seconds: float, n_queries: int) -> dict:
         "refined": refined,
         "predict_ms": pred_ms,
         "n_queries": len(Q),
+        "constrained": constrained,
     }
+
+
+def constraint_cases(schema, Xtr: np.ndarray, Q: np.ndarray) -> dict[str, tuple[list[str], list[dict]]]:
+    """Per case: the immutable names (same for every query) and one bounds dict per query."""
+    names = schema.names
+    m = len(names)
+    fixed = sorted(np.random.default_rng(0).choice(m, size=round(0.3 * m), replace=False).tolist())
+    lo, hi = schema.domains()
+    lo = np.where(np.isfinite(lo), lo, Xtr.min(axis=0))
+    hi = np.where(np.isfinite(hi), hi, Xtr.max(axis=0))
+    half = 0.25 * (hi - lo)
+    integ = schema.integral_mask()
+    half[integ] = np.maximum(half[integ], 1.0)
+    bounds = [{n: [float(q[j] - half[j]), float(q[j] + half[j])] for j, n in enumerate(names)} for q in Q]
+    return {
+        "immutable 30%": ([names[j] for j in fixed], [{}] * len(Q)),
+        "bounds all": ([], bounds),
+    }
+
+
+def constrained_latency(maps, schema, Xtr: np.ndarray, Q: np.ndarray) -> dict:
+    """p50/p99 per norm and the infeasible fraction for each constraint case."""
+    out = {}
+    for case, (immutable, bounds) in constraint_cases(schema, Xtr, Q).items():
+        lat = {}
+        infeasible = 0
+        for norm in ("l1", "l2", "linf"):
+            ts = []
+            n_inf = 0
+            for q, b in zip(Q, bounds, strict=True):
+                s = time.perf_counter()
+                r = maps.counterfactual(q, norm=norm, immutable=immutable or None, bounds=b or None)
+                ts.append(time.perf_counter() - s)
+                n_inf += not r.feasible
+            lat[norm] = (float(np.median(ts)) * 1e3, float(np.percentile(ts, 99)) * 1e3)
+            infeasible = max(infeasible, n_inf)
+        out[case] = {"lat": lat, "infeasible": infeasible / len(Q), "immutable": immutable}
+    return out
 
 
 def main() -> None:
@@ -114,6 +166,21 @@ def main() -> None:
         lat = " | ".join(f"{r['lat'][n][0]:.3f} / {r['lat'][n][1]:.3f}" for n in ("l1", "l2", "linf"))
         print(f"| {r['dataset']} | {r['T0']:.2f} | {r['paper_T0']} | {r['rects']} | {r['mixed']} "
               f"| {r['bytes'] / 1e6:.1f} | {r['peak_mb']:.0f} | {lat} | {r['predict_ms']:.3f} |")
+    print()
+    print("| dataset | case | l1 p50/p99 (ms) | l2 p50/p99 (ms) | linf p50/p99 (ms) "
+          "| p50 ratio to unconstrained (l1/l2/linf) | within 2x | infeasible |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        cases = {"unconstrained": {"lat": r["lat"], "infeasible": None}, **r["constrained"]}
+        for case, c in cases.items():
+            lat = " | ".join(f"{c['lat'][n][0]:.3f} / {c['lat'][n][1]:.3f}" for n in ("l1", "l2", "linf"))
+            ratios = [c["lat"][n][0] / r["lat"][n][0] for n in ("l1", "l2", "linf")]
+            inf = "-" if c["infeasible"] is None else f"{100 * c['infeasible']:.1f}%"
+            ok = "yes" if max(ratios) <= 2.0 else "NO"
+            print(f"| {r['dataset']} | {case} | {lat} | {' / '.join(f'{x:.2f}' for x in ratios)} "
+                  f"| {ok} | {inf} |")
+    for r in rows:
+        print(f"\n{r['dataset']} immutable 30%: {', '.join(r['constrained']['immutable 30%']['immutable'])}")
 
 
 if __name__ == "__main__":
