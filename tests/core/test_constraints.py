@@ -16,7 +16,7 @@ per-feature weights, and ``k`` -- is checked three ways on small forests:
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -658,3 +658,111 @@ def test_constraints_ending_on_a_threshold(suite: Suite, norm: str) -> None:
             x[j] = s
             check_result(suite.maps, suite.bf, x, None, {"immutable": [name]}, w, norm, rng, k=2)
     assert n_checked > 0 or suite.model.__class__ is DecisionTreeClassifier
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_budgeted_maps_stay_exact_under_constraints(norm: str) -> None:
+    """Maps cut short by a rectangle budget keep mixed regions that queries refine on demand;
+    constrained answers must stay optimal, valid and inside the constraints."""
+    for cols, kind, seed in ((PLAIN, "rf", 3), (GROUPED, "et", 5)):
+        X, y = make_data(cols, 3, seed)
+        model = FACTORIES[kind](seed, 3).fit(X, y)
+        maps = CounterfactualMaps.build(model, schema_of(cols), max_rectangles=20, on_budget="mixed")
+        assert maps.stats.mixed_regions > 0
+        suite = Suite(model, X, cols, maps, BruteForce(model, cols))
+        rng = np.random.default_rng(_seed("budget", norm, kind))
+        for x in suite.queries(rng):
+            w = rng.uniform(0.2, 2.0, size=x.shape[0])
+            opts = random_options("combined", cols, x, rng)
+            for target in suite.targets(x):
+                check_result(maps, suite.bf, x, target, opts, w, norm, rng, k=2)
+
+
+def test_one_way_and_bounded_categories(grouped: Suite) -> None:
+    """Constraints on one-hot columns: a column that may only decrease can't become the
+    category; a column bounded to [0, 0] is ruled out; [1, 1] forces the category."""
+    rng = np.random.default_rng(6)
+    for x in grouped.queries(rng):
+        for opts in ({"direction": {"color=blue": "decrease"}, "bounds": {"color=green": [0, 0]}},
+                     {"bounds": {"color=red": [1, 1]}},
+                     {"direction": {"color=red": "increase", "color=green": "increase"}}):
+            for norm in NORMS:
+                check_result(grouped.maps, grouped.bf, x, None, opts, np.ones(len(x)), norm, rng,
+                             group_costs={"color": 0.7}, k=2)
+
+
+def test_target_equal_to_prediction_respects_the_constraints() -> None:
+    """Asking for the class x already has: x itself only when x satisfies the constraints;
+    otherwise the nearest point of that class inside them (or infeasible)."""
+    suite = make_suite("rf", 3, PLAIN)
+    rng = np.random.default_rng(8)
+    for x in suite.queries(rng):
+        pred = suite.bf.predict_index(x)
+        j = int(rng.integers(len(x)))
+        c = suite.cols[j]
+        lo, hi = c.domain()
+        # a bound excluding x's own value (within the legal domain when there is room)
+        if x[j] + 1 <= hi:
+            opts = {"bounds": {c.name: [x[j] + 1, None]}}
+        else:
+            opts = {"bounds": {c.name: [None, x[j] - 1]}}
+        w = np.ones(len(x))
+        for norm in ("l1", "linf"):
+            res = suite.maps.counterfactual(x, suite.model.classes_[pred], norm=norm, weights=w, **opts)
+            cells = suite.bf.solve(x, [pred], opts, w, norm)
+            where = f"x={x.tolist()} opts={opts} norm={norm}"
+            if cells.dist.size == 0:
+                assert res.feasible is False, where
+                continue
+            assert res.feasible, where
+            cmin, cmax = suite.bf.box(x, opts)
+            assert np.all(res.best.x >= cmin) and np.all(res.best.x <= cmax), (
+                f"answer {res.best.x.tolist()} breaks the bounds: {where}")
+            assert abs(res.best.distance - cells.dist.min()) <= 1e-9, where
+
+
+@pytest.mark.parametrize("opts", [
+    {"bounds": {"i1": [20, 30]}},  # beyond the legal domain
+    {"bounds": {"c3": [5.0, 6.0]}},
+    {"bounds": {"i1": [3.2, 3.8]}},  # no integer inside
+    {"bounds": {"b2": [0.2, 0.8]}},
+    {"bounds": {"c0": [-1e30, 1e30]}},  # wider than anything
+    {"bounds": {"i4": [-6, -6]}, "direction": {"i4": "increase"}},  # a single legal value
+], ids=["beyond-domain", "beyond-bounded-domain", "no-integer", "no-binary", "huge", "pinned"])
+def test_degenerate_constraint_boxes(suite: Suite, opts: dict[str, Any]) -> None:
+    rng = np.random.default_rng(9)
+    for x in suite.X[:3]:
+        for norm in NORMS:
+            check_result(suite.maps, suite.bf, x, None, opts, np.ones(len(x)), norm, rng, k=2)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_schema_defaults_are_constraints_too(norm: str) -> None:
+    """Immutable and one-way features declared in the schema apply without query options,
+    and the default weights are 1 / (upper - lower) (1 when unbounded)."""
+    X, y = make_data(PLAIN, 3, 3)
+    model = FACTORIES["rf"](3, 3).fit(X, y)
+    feats = [Feature(name=c.name, type=c.type, lower=c.lower, upper=c.upper) for c in PLAIN]
+    feats[0] = replace(feats[0], mutable=False)
+    feats[1] = replace(feats[1], direction="increase")
+    feats[3] = replace(feats[3], direction="decrease")
+    maps = CounterfactualMaps.build(model, FeatureSchema(tuple(feats)))
+    bf = BruteForce(model, PLAIN)
+    w = np.array([1.0, 1 / 12, 1.0, 1 / 6, 1 / 12])
+    declared = {"immutable": ["c0"], "direction": {"i1": "increase", "c3": "decrease"}}
+    rng = np.random.default_rng(_seed("defaults", norm))
+    n_feasible = 0
+    for x in X[rng.choice(len(X), 6, replace=False)]:
+        res = maps.counterfactual(x, norm=norm, k=2)
+        pred = bf.predict_index(x)
+        cells = bf.solve(x, [c for c in range(3) if c != pred], declared, w, norm)
+        if cells.dist.size == 0:
+            assert res.feasible is False and res.reason
+            continue
+        n_feasible += 1
+        assert abs(res.best.distance - cells.dist.min()) <= 1e-9
+        # the same answer as spelling the declared constraints and weights out
+        spelled = check_result(maps, bf, x, None, declared, w, norm, rng, k=2)
+        assert spelled.best.distance == res.best.distance
+        assert np.array_equal(spelled.best.x, res.best.x)
+    assert n_feasible > 0
