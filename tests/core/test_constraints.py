@@ -766,3 +766,19 @@ def test_schema_defaults_are_constraints_too(norm: str) -> None:
         assert spelled.best.distance == res.best.distance
         assert np.array_equal(spelled.best.x, res.best.x)
     assert n_feasible > 0
+
+
+@pytest.mark.parametrize("scale, gap", [(1e9, 64.0), (1e17, 1e10)], ids=["tie-1e9", "count-1e17"])
+def test_l0_in_large_units(scale: float, gap: float) -> None:
+    """Features in large units (unbounded, so weight 1): l0 must still count the changes
+    exactly and break ties by the smaller weighted l1. Class 1 iff x0 > ~scale + gap or
+    x1 > ~scale; from the origin both are one change, x1 the cheaper."""
+    X = np.array([[0, 0], [2 * (scale + gap), 0], [0, 2 * scale], [2 * (scale + gap), 2 * scale]])
+    model = DecisionTreeClassifier(random_state=0).fit(X, [0, 1, 1, 1])
+    maps = CounterfactualMaps.build(model)
+    x = np.zeros(2)
+    res = maps.counterfactual(x, norm="l0", weights=[1.0, 1.0])
+    assert model.predict(res.best.x[None])[0] == 1
+    assert np.count_nonzero(res.best.x != x) == 1
+    assert res.best.distance == 1.0, res.best.distance
+    assert res.best.x[0] == 0.0 and res.best.x[1] > 0, f"tie broken the wrong way: {res.best.x}"
