@@ -312,3 +312,33 @@ def test_reason_names_the_target_as_the_client_does(adult: Adult,
     res = ask(adult_service, {"instance": x.tolist(), "target": TARGET, "immutable": adult.names})
     assert res["feasible"] is False
     assert TARGET in res["reason"], res["reason"]
+
+
+def test_batch_applies_the_constraints_to_every_instance(adult: Adult,
+                                                         adult_service: tuple[Service, str]) -> None:
+    X = queries(adult, 6, seed=6)
+    req = request_for(adult, X[0], "l1")
+    del req["instance"], req["bounds"]  # bounds above are per person
+    batch = ask(adult_service, {**req, "instances": X.tolist()})["results"]
+    assert len(batch) == len(X)
+    for x, res in zip(X, batch, strict=True):
+        single = ask(adult_service, {**req, "instance": x.tolist()})
+        assert res == {**single, "stats": res["stats"]}
+        if res["feasible"]:
+            check_answer(adult, x, req, res)
+            no_closer_row(adult, x, req, res["distance"])
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"group_costs": {"Occupation": -1}}, "group_costs.Occupation"),
+    ({"norm": "l3"}, "norm"),
+    ({"bounds": {"Age": [50, 40]}}, "bounds.Age"),
+    ({"direction": {"EducationNumber": "up"}}, "direction.EducationNumber"),
+])
+def test_bad_recourse_options_are_refused(adult: Adult, adult_service: tuple[Service, str],
+                                          body: dict[str, Any], field: str) -> None:
+    svc, model_id = adult_service
+    x = queries(adult, 1, seed=7)[0]
+    r = svc.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": x.tolist(), **body})
+    assert r.status_code == 422
+    assert r.json()["field"] == field
