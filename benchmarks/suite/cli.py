@@ -45,7 +45,7 @@ def part_paper(mode, peers_needed: set[str]) -> list[dict]:
                     "max_seconds": plan.build_budget[ds], "n_queries": plan.n_queries,
                     "query_budget": plan.query_budget, "norms": list(NORMS),
                     "n_peer": mode.peers.n_queries[ds] if seed == 0 and ds in peers_needed else 0,
-                    "n_scan": plan.n_scan if seed == 0 else 0}
+                    "n_scan": plan.n_scan if seed == 0 else 0, "scan_budget": plan.scan_budget}
             log(f"part 1: {ds} 100x5 seed {seed} (budget {spec['max_seconds']:g} s)")
             r = condense(run_worker(spec, log))
             rows.append(r)
@@ -87,6 +87,31 @@ def part_peers(mode, paper_rows: list[dict]) -> dict:
     return out
 
 
+def _finish(results: dict, out: Path) -> int:
+    lines = report.write(results, out)
+    print()
+    print(f"== summary ({results['mode']} mode, {results['wall_s'] / 60:.1f} min; {out / 'README.md'}) ==")
+    for s in lines:
+        print(("!!! " if s.startswith("MISMATCH") else "") + s.replace("**", ""))
+    return 1 if any(s.startswith("MISMATCH") for s in lines) else 0
+
+
+def report_only(out: Path) -> int:
+    """Recompute the peer summaries from the saved records and rewrite the report."""
+    import json
+
+    import numpy as np
+
+    from suite.peers_cmp import summarize
+
+    results = json.loads((out / "suite.json").read_text())
+    for cmp in (results.get("peers") or {}).values():
+        for p in cmp.get("peers", {}).values():
+            if "records" in p:
+                p["summary"] = summarize("", p["records"], cmp["ours"], np.asarray(cmp["queries"]))
+    return _finish(results, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="cfmaps benchmark suite (see benchmarks/README.md)")
     g = ap.add_mutually_exclusive_group()
@@ -96,8 +121,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated subset of paper,sensitivity,peers (peers need paper)")
     ap.add_argument("--out", type=Path, help="output directory (default benchmarks/results, "
                     "benchmarks/results/quick with --quick)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite README.md and the plots from OUT/suite.json without running anything")
     a = ap.parse_args(argv)
     mode = MODES["quick" if a.quick else "full" if a.full else "default"]
+    if a.report_only:
+        return report_only(a.out or (BENCH / "results" / ("quick" if a.quick else "")))
     parts = {p.strip() for p in a.parts.split(",") if p.strip()}
     unknown = parts - {"paper", "sensitivity", "peers"}
     if unknown:
@@ -123,9 +152,4 @@ def main(argv: list[str] | None = None) -> int:
     env["load_end"] = envmod.load_average()
     env["git_end"] = envmod.describe()["git"]
     results["wall_s"] = time.perf_counter() - T_START
-    lines = report.write(results, out)
-    print()
-    print(f"== summary ({mode.name} mode, {results['wall_s'] / 60:.1f} min; {out / 'README.md'}) ==")
-    for s in lines:
-        print(("!!! " if s.startswith("MISMATCH") else "") + s.replace("**", ""))
-    return 1 if any(s.startswith("MISMATCH") for s in lines) else 0
+    return _finish(results, out)

@@ -158,7 +158,7 @@ def our_peer_stats(cmp: dict) -> dict:
 
 def peers_table(peers: dict) -> str:
     lines = ["| dataset | queries | ours (ms/query) | peer | peer time/query median (max) | valid "
-             "| proved optimal | distance ratio peer/ours median (max) | = ours where proved "
+             "| proved optimal | distance ratio peer/ours median (max) | = ours where proved (exact peers) "
              "| speed-up per query |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for ds, cmp in sorted(peers.items()):
@@ -167,9 +167,10 @@ def peers_table(peers: dict) -> str:
             continue
         o = our_peer_stats(cmp)
         ours_ms = o["median_time_s"] * 1e3 if o["median_time_s"] is not None else None
+        ours_cell = f"{_ms(ours_ms)} (valid {o['valid']}/{o['n']})"
         for name, p in cmp["peers"].items():
             if "summary" not in p:
-                lines.append(f"| {ds} | {cmp['n']} | {_ms(ours_ms)} | {PEER_LABEL[name]} "
+                lines.append(f"| {ds} | {cmp['n']} | {ours_cell} | {PEER_LABEL[name]} "
                              f"| {p.get('error', 'failed')} | | | | | |")
                 continue
             s = p["summary"]
@@ -177,10 +178,12 @@ def peers_table(peers: dict) -> str:
             agree = (f"{s['optimal_matched']}/{s['optimal_compared']}" if exact else "n/a")
             if s["mismatches"]:
                 agree = f"**{agree} — {len(s['mismatches'])} MISMATCH**"
+            elif not exact and s.get("closer_than_ours"):
+                agree = f"**{s['closer_than_ours']} closer than ours**"
             sp = (s["median_time_s"] / o["median_time_s"]
                   if s["median_time_s"] and o["median_time_s"] else None)
             lines.append(
-                f"| {ds} | {cmp['n']} | {_ms(ours_ms)} | {PEER_LABEL[name]} "
+                f"| {ds} | {cmp['n']} | {ours_cell} | {PEER_LABEL[name]} "
                 f"| {_f(s['median_time_s'])} s ({_f(s['max_time_s'])} s) | {s['valid']}/{s['n']} "
                 f"| {s['proved_optimal'] if exact else '-'} "
                 f"| {_f(s['median_ratio'], 4)} ({_f(s['max_ratio'], 4)}) | {agree} "

@@ -18,7 +18,8 @@ def hard_timeout(spec: dict) -> float:
     """Backstop only: the build budget is checked inside the engine; this catches a hang."""
     norms = len(spec.get("norms", ()))
     return (120.0 + 3.0 * spec["max_seconds"] + 2.0 * norms * spec["query_budget"]
-            + 5.0 * spec.get("n_peer", 0) + 60.0 * bool(spec.get("n_scan")))
+            + 5.0 * spec.get("n_peer", 0)
+            + 2.0 * norms * spec.get("scan_budget", 0.0) * bool(spec.get("n_scan")))
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -4,7 +4,8 @@
 
 SPEC keys: dataset, trees, depth, seed, max_seconds, n_queries, query_budget (seconds per
 norm), norms, n_peer (unit-weight L1 answers on the first n_peer queries, for the peer
-comparison), n_scan (queries also answered by linear scan, per norm).
+comparison), n_scan (queries also answered by linear scan, per norm, for at most
+scan_budget seconds per norm).
 
 OUT is rewritten (atomically) after every stage, so a run killed by the parent's timeout
 still leaves what it finished. Timings: ``time.perf_counter`` around the public calls; the
@@ -27,7 +28,11 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent))
 
 
+T_START = time.perf_counter()
+
+
 def _dump(out: Path, res: dict) -> None:
+    res.setdefault("stage_s", {})[res["stage"]] = round(time.perf_counter() - T_START, 2)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(res))
     os.replace(tmp, out)
@@ -166,7 +171,10 @@ def run(spec: dict, out: Path) -> None:
         for norm in spec["norms"]:
             opts = make_options(maps, norm=norm)
             kd_t, sc_t, agree, worse = [], [], 0, 0
+            t_norm = time.perf_counter()
             for q, p in zip(Qs, pred_idx, strict=True):
+                if time.perf_counter() - t_norm > spec.get("scan_budget", np.inf):
+                    break
                 t_idx = 1 - int(p) if len(maps.classes) == 2 else None
                 tgt = None if t_idx is None else maps.classes[t_idx]
                 s = time.perf_counter()
