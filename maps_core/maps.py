@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -296,15 +297,17 @@ class CounterfactualMaps:
             regions_refined=out.regions_refined,
             seconds=time.perf_counter() - t0,
         )
-        return CounterfactualResult(
+        res = CounterfactualResult(
             query=x,
             prediction=classes[out.prediction],
             target=cfs[0].target if cfs else (None if t_idx is None else classes[t_idx]),
             feasible=bool(cfs),
             counterfactuals=cfs,
             stats=stats,
-            reason=out.reason,
+            unreachable=tuple(classes[i] for i in out.unreachable),
+            constraints=out.constraints,
         )
+        return replace(res, reason=res.explain())
 
 
 def _model_labeler(model: Any, ens: FlatEnsemble) -> Callable[[np.ndarray], np.ndarray]:

@@ -19,10 +19,7 @@ float32 value strictly inside.
 
 from __future__ import annotations
 
-import heapq
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import njit
 
-from .exceptions import InvalidQueryError
-from .partition import MIXED, NEAR_TIE, Kernel, refine_region
+from .distance import _box_dist, _pop, _push, _rect_dist
+from .exceptions import InvalidQueryError, MapsError
+from .lazy import mixed_search
+from .partition import MIXED, Kernel, refine_region
 
 if TYPE_CHECKING:  # pragma: no cover
     from .maps import CounterfactualMaps
@@ -42,179 +41,6 @@ NORMS = {"l1": 0, "l2": 1, "linf": 2, "l0": 3}
 # --------------------------------------------------------------------------------------
 # numba kernels
 # --------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True, inline="always")
-def _acc(norm, total, term):
-    if norm == 0 or norm == 3:
-        return total + term
-    if norm == 1:
-        return total + term * term
-    return max(total, term)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _key(norm, total, changes):
-    """Search key: the accumulated cost, or for ``l0`` the pair (changes, weighted l1)
-    folded into one float ordered lexicographically (``l1 / (1 + l1) < 1``)."""
-    if norm == 3:
-        return changes + total / (1.0 + total)
-    return total
-
-
-@njit(cache=True, nogil=True)
-def _groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat):
-    """Add the one-hot groups' switching costs given which values (0 / 1) each dummy
-    column may take (``a0``, ``a1``). A group may stay on x's category when that column
-    may be 1 and all others 0; otherwise it switches (one change, cost ``gcost[g]``) to a
-    category whose column may be 1 while all others may be 0. Returns (total, changes,
-    feasible)."""
-    for g in range(gcost.shape[0]):
-        forced = -1
-        n_forced = 0
-        any1 = False
-        for i in range(gstart[g], gstart[g + 1]):
-            j = gcols[i]
-            if not a0[j]:
-                forced = j
-                n_forced += 1
-            if a1[j]:
-                any1 = True
-        if n_forced > 1 or not any1:
-            return total, changes, False
-        cur = xcat[g]
-        stay = forced == cur if n_forced == 1 else a1[cur]
-        if not stay:
-            total = _acc(norm, total, gcost[g])
-            changes += 1
-    return total, changes, True
-
-
-@njit(cache=True, nogil=True)
-def _box_dist(x, w, norm, cmin, cmax, integral, lo, hi, gcol, gstart, gcols, gcost, xcat, a0, a1):
-    """Distance from ``x`` to the closed box ``[lo, hi]`` within the constraint box."""
-    total = 0.0
-    changes = 0
-    for f in range(x.shape[0]):
-        a = max(lo[f], cmin[f])
-        b = min(hi[f], cmax[f])
-        if integral[f]:
-            a = math.ceil(a)
-            b = math.floor(b)
-        if a > b:
-            return np.inf
-        if gcol[f] >= 0:
-            a0[f] = a <= 0.0
-            a1[f] = b >= 1.0
-            continue
-        v = x[f]
-        if v < a:
-            total = _acc(norm, total, w[f] * (a - v))
-            changes += 1
-        elif v > b:
-            total = _acc(norm, total, w[f] * (v - b))
-            changes += 1
-    if gcost.shape[0]:
-        total, changes, ok = _groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat)
-        if not ok:
-            return np.inf
-    return _key(norm, total, changes)
-
-
-@njit(cache=True, nogil=True)
-def _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, clcl, bound,
-               gcol, gstart, gcols, gcost, xcat, a0, a1):
-    """Exact (infimum) distance to rectangle ``r`` under the constraints; inf if empty.
-
-    Stops early (returning inf) once the partial cost reaches ``bound``.
-    """
-    total = 0.0
-    changes = 0
-    for f in range(x.shape[0]):
-        g = coff[f] + rlo[r, f]
-        a = clow[g]
-        is_open = not clcl[g]
-        b = cupp[coff[f] + rhi[r, f]]
-        if cmin[f] > a:
-            a = cmin[f]
-            is_open = False
-        if cmax[f] < b:
-            b = cmax[f]
-            if is_open and not integral[f]:
-                # The constraint may leave no float32 value above the open end.
-                inside = np.float64(np.nextafter(np.float32(a), np.float32(np.inf)))
-                if inside > b:
-                    return np.inf
-        if integral[f]:
-            a = math.ceil(a)
-            b = math.floor(b)
-            is_open = False
-        if a > b or (is_open and a >= b):
-            return np.inf
-        if gcol[f] >= 0:
-            a0[f] = a <= 0.0
-            a1[f] = b >= 1.0
-            continue
-        v = x[f]
-        if v < a or (is_open and v == a):  # x at an open end must move (by an ulp)
-            total = _acc(norm, total, w[f] * (a - v))
-            changes += 1
-        elif v > b:
-            total = _acc(norm, total, w[f] * (v - b))
-            changes += 1
-        if _key(norm, total, changes) >= bound:
-            return np.inf
-    if gcost.shape[0]:
-        total, changes, ok = _groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat)
-        if not ok:
-            return np.inf
-    d = _key(norm, total, changes)
-    return np.inf if d >= bound else d
-
-
-@njit(cache=True, nogil=True)
-def _push(keys, vals, n, key, val):
-    if n >= keys.shape[0]:
-        k2 = np.empty(2 * keys.shape[0])
-        v2 = np.empty(2 * keys.shape[0], dtype=np.int64)
-        k2[:n] = keys[:n]
-        v2[:n] = vals[:n]
-        keys = k2
-        vals = v2
-    i = n
-    keys[i] = key
-    vals[i] = val
-    while i > 0:
-        p = (i - 1) // 2
-        if keys[p] <= keys[i]:
-            break
-        keys[p], keys[i] = keys[i], keys[p]
-        vals[p], vals[i] = vals[i], vals[p]
-        i = p
-    return keys, vals, n + 1
-
-
-@njit(cache=True, nogil=True)
-def _pop(keys, vals, n):
-    key = keys[0]
-    val = vals[0]
-    n -= 1
-    keys[0] = keys[n]
-    vals[0] = vals[n]
-    i = 0
-    while True:
-        lft = 2 * i + 1
-        if lft >= n:
-            break
-        c = lft
-        if lft + 1 < n and keys[lft + 1] < keys[lft]:
-            c = lft + 1
-        if keys[i] <= keys[c]:
-            break
-        keys[c], keys[i] = keys[i], keys[c]
-        vals[c], vals[i] = vals[i], vals[c]
-        i = c
-    return key, val, n
-
-
 @njit(cache=True, nogil=True)
 def _search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, start, end, order, class_root, labels, rlo, rhi, coff,
@@ -506,14 +332,19 @@ def make_options(
         for gname, v in group_costs.items():
             if gname not in groups:
                 raise InvalidQueryError(
-                    f"group_costs: unknown one-hot group {gname!r}; groups are {list(names)}", str(gname)
+                    f"group_costs: unknown one-hot group {gname!r}; groups are {list(names)}",
+                    f"group_costs.{gname}",
                 )
             try:
                 costs[gname] = float(v)
             except (TypeError, ValueError) as exc:
-                raise InvalidQueryError(f"cost of group {gname!r} must be a number", str(gname)) from exc
+                raise InvalidQueryError(
+                    f"cost of group {gname!r} must be a number", f"group_costs.{gname}"
+                ) from exc
             if not math.isfinite(costs[gname]) or costs[gname] < 0:
-                raise InvalidQueryError(f"cost of group {gname!r} must be finite and >= 0", str(gname))
+                raise InvalidQueryError(
+                    f"cost of group {gname!r} must be finite and >= 0", f"group_costs.{gname}"
+                )
     gcol = np.full(m, -1, dtype=np.int64)
     for g, gname in enumerate(names):
         gcol[groups[gname]] = g
@@ -548,7 +379,8 @@ class SearchOutput:
     nodes_popped: int = 0
     rectangles_evaluated: int = 0
     regions_refined: int = 0
-    reason: str | None = None
+    unreachable: tuple[int, ...] = ()  # target class indices, when infeasible
+    constraints: str = ""
 
 
 def _finish(norm: str, acc: float) -> float:
@@ -695,58 +527,32 @@ def locate(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
     return lab
 
 
-class _RefineCache:
-    """Certified pieces of mixed regions, refined on demand and shared by all queries.
-
-    A mixed box is refined by a bounded chunk of work (``CHUNK`` regions); what the chunk
-    leaves unresolved comes back as smaller mixed boxes, refined in turn only if a query
-    gets near them. So a query pays only for the part of a mixed region it can reach,
-    and the map grows finer where queries go. Least recently used entries are evicted
-    beyond ``max_rectangles`` cached boxes.
-    """
-
-    CHUNK = 512
-
-    def __init__(self, maps: CounterfactualMaps, max_rectangles: int = 2_000_000) -> None:
-        self.maps = maps
-        self.kern = Kernel.make(maps.ensemble, maps.grid)
-        self.max_rectangles = max_rectangles
-        self.size = 0
-        self.entries: OrderedDict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def pieces(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(lo, hi, labels) of the pieces of the mixed box ``lo..hi`` (cell ranges)."""
-        key = lo.astype(np.int32).tobytes() + hi.astype(np.int32).tobytes()
-        with self.lock:
-            hit = self.entries.get(key)
-            if hit is not None:
-                self.entries.move_to_end(key)
-                return hit
-        plo, phi, plab = refine_region(self.kern, lo, hi, self.CHUNK)
-        ties = plab == NEAR_TIE
-        if ties.any():
-            plab[ties] = self.maps.ensemble.predict_index(self.maps.grid.cell_points(plo[ties]))
-        out = (plo, phi, plab)
-        with self.lock:
-            if key not in self.entries:
-                self.entries[key] = out
-                self.size += len(plab)
-                while self.size > self.max_rectangles and len(self.entries) > 1:
-                    _, old = self.entries.popitem(last=False)
-                    self.size -= len(old[2])
-        return out
+def _kernel(maps: CounterfactualMaps) -> Kernel:
+    kern = maps.__dict__.get("_kernel")
+    if kern is None:
+        kern = maps.__dict__.setdefault("_kernel", Kernel.make(maps.ensemble, maps.grid))
+    return kern
 
 
-def _refine_cache(maps: CounterfactualMaps) -> _RefineCache:
-    cache = maps.__dict__.get("_refine_cache")
-    if cache is None:
-        cache = maps.__dict__.setdefault("_refine_cache", _RefineCache(maps))
-    return cache
+def _piece_holding(
+    maps: CounterfactualMaps, cells: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Certified box containing the cell ``cells`` inside the mixed box ``lo..hi``."""
+    lab = MIXED
+    while lab == MIXED:  # refine a chunk, keep the piece holding the cell, repeat
+        plo, phi, plab = refine_region(_kernel(maps), lo, hi, 512)
+        j = int(np.flatnonzero(np.all((plo <= cells) & (cells <= phi), axis=1))[0])
+        lo, hi, lab = plo[j], phi[j], int(plab[j])
+    return lo, hi
 
 
-def _reason(maps: CounterfactualMaps, tmask: np.ndarray, opts: QueryOptions) -> str:
-    names = " or ".join(str(maps.classes[i]) for i in np.flatnonzero(tmask))
+# Boxes a query may pop inside mixed regions before giving up (exactness is never traded:
+# a query that needs more fails with MapsError, suggesting a larger build budget).
+MAX_MIXED_POPS = 5_000_000
+
+
+def _constraints_text(maps: CounterfactualMaps, opts: QueryOptions) -> str:
+    """The active constraints in words, for infeasible answers."""
     fixed = [maps.feature_names[j] for j in np.flatnonzero(opts.immutable)]
     oneway = [maps.feature_names[j] for j in np.flatnonzero(opts.direction != 0)]
     g = maps.grid
@@ -759,8 +565,7 @@ def _reason(maps: CounterfactualMaps, tmask: np.ndarray, opts: QueryOptions) -> 
         parts.append("one-way: " + ", ".join(oneway))
     if bounded:
         parts.append("bounded: " + ", ".join(bounded))
-    within = f" within the constraints ({'; '.join(parts)})" if parts else " in the legal domain"
-    return f"the model classifies no input{within} as {names}"
+    return "; ".join(parts)
 
 
 def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> SearchOutput:
@@ -773,16 +578,12 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     cmin, cmax = opts.constraint_box(x)
     groups = opts.group_args(x)
     c = len(maps.classes)
-    if t_idx is not None and t_idx == pred:
+    if t_idx is not None and t_idx == pred and np.all((cmin <= x) & (x <= cmax)):
+        # x keeps its class and satisfies the constraints: x itself, in its rectangle.
         lo_c, hi_c = np.asarray(part.lo[rid]), np.asarray(part.hi[rid])
         if int(part.labels[rid]) == MIXED:
-            cells = maps.grid.cells_of(x[None, :])[0]
-            lab_c = MIXED
-            while lab_c == MIXED:  # descend through the refined pieces holding x
-                plo, phi, plab = _refine_cache(maps).pieces(lo_c, hi_c)
-                j = int(np.flatnonzero(np.all((plo <= cells) & (cells <= phi), axis=1))[0])
-                lo_c, hi_c, lab_c = plo[j], phi[j], int(plab[j])
-        f = assemble(maps, x, lo_c, hi_c, 0.0, pred, np.minimum(cmin, x), np.maximum(cmax, x), opts)
+            lo_c, hi_c = _piece_holding(maps, maps.grid.cells_of(x[None, :])[0], lo_c, hi_c)
+        f = assemble(maps, x, lo_c, hi_c, 0.0, pred, cmin, cmax, opts)
         f.x = x.copy()
         f.counterfactual_distance = 0.0
         return SearchOutput(prediction=pred, found=[f])
@@ -805,33 +606,33 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     ]
     refined = 0
     if mixed_ids.size:
-        # Best-first over mixed boxes: a popped box is replaced by its refined pieces;
-        # certified target pieces become candidates, mixed ones go back on the heap.
-        g = maps.grid
-        cache = _refine_cache(maps)
-        heap = [(float(d), i, np.asarray(part.lo[r]), np.asarray(part.hi[r]))
-                for i, (r, d) in enumerate(zip(mixed_ids, mixed_d, strict=True))]
-        heapq.heapify(heap)
-        tie = len(heap)
-        while heap:
-            d0, _, lo, hi = heapq.heappop(heap)
-            kth = cands[k - 1][0] if len(cands) >= k else np.inf
-            if d0 >= kth:
-                break
-            plo, phi, plab = cache.pieces(lo, hi)
-            refined += 1
-            pieces: tuple[Any, ...] = (plab, plo, phi, g.cell_offsets, g.cell_lower, g.cell_upper,
-                      g.cell_lower_closed, True)
-            d_all = _scan(x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, *groups,
-                          *pieces)
-            for i in np.flatnonzero(d_all < kth):
-                if plab[i] == MIXED:
-                    tie += 1
-                    heapq.heappush(heap, (float(d_all[i]), tie, plo[i], phi[i]))
-                else:
-                    cands.append((float(d_all[i]), plo[i], phi[i], int(plab[i])))
-            cands.sort(key=lambda t: t[0])
-            del cands[k:]
+        # Mixed regions that could still beat the k-th best: search inside them.
+        g, kern = maps.grid, _kernel(maps)
+        best_in = np.full(k, np.inf)
+        best_in[: len(cands)] = [cd[0] for cd in cands]
+        init: tuple[Any, ...] = (
+            np.asarray(part.lo)[mixed_ids], np.asarray(part.hi)[mixed_ids], mixed_d, best_in
+        )
+        tables: tuple[Any, ...] = (
+            g.cell_offsets, g.cell_lower, g.cell_upper, g.cell_lower_closed, kern.nf, kern.ncut,
+            kern.nl, kern.nr, kern.nv, kern.roots, kern.base, kern.tie_high, kern.tol,
+            kern.max_depth_nodes, MAX_MIXED_POPS,
+        )
+        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, refined, complete = mixed_search(
+            x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, *groups, *init, *tables
+        )
+        if not complete:
+            raise MapsError(
+                "this query reaches too far into regions the build left unresolved; rebuild "
+                "the maps with a larger budget (max_seconds / max_rectangles)"
+            )
+        cands += [(float(d), c_lo[i], c_hi[i], int(c_lab[i])) for i, d in enumerate(c_d)]
+        if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
+            t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
+            cands += [(float(t_d[i]), t_lo[i], t_hi[i], int(t_lab[i]))
+                      for i in range(t_d.size) if tmask[t_lab[i]]]
+        cands.sort(key=lambda t: t[0])
+        del cands[k:]
     out = SearchOutput(
         prediction=pred, nodes_popped=int(popped), rectangles_evaluated=int(evaluated),
         regions_refined=refined,
@@ -841,7 +642,8 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
             assemble(maps, x, lo_c, hi_c, _finish(opts.norm, d), lab_c, cmin, cmax, opts)
         )
     if not out.found:
-        out.reason = _reason(maps, tmask, opts)
+        out.unreachable = tuple(int(i) for i in np.flatnonzero(tmask))
+        out.constraints = _constraints_text(maps, opts)
     return out
 
 

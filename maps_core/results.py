@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +103,11 @@ class CounterfactualResult:
     feasible : bool
         False when no input satisfies the constraints and reaches the target.
     reason : str or None
-        Plain explanation when ``feasible`` is False.
+        Plain explanation when ``feasible`` is False (see :meth:`explain`).
+    unreachable : tuple
+        When infeasible: the target class labels no admissible input reaches.
+    constraints : str
+        When infeasible: the active constraints, in words (empty if none).
     counterfactuals : tuple of Counterfactual
         The ``k`` best counterfactuals, from distinct rectangles, by increasing distance.
     stats : QueryStats
@@ -115,6 +120,19 @@ class CounterfactualResult:
     counterfactuals: tuple[Counterfactual, ...]
     stats: QueryStats
     reason: str | None = None
+    unreachable: tuple[Any, ...] = ()
+    constraints: str = ""
+
+    def explain(self, name: Callable[[Any], Any] = str) -> str | None:
+        """The reason of an infeasible answer, naming classes with ``name(label)`` (a
+        service shows its own display names)."""
+        if self.feasible:
+            return None
+        within = " in the legal domain"
+        if self.constraints:
+            within = f" within the constraints ({self.constraints})"
+        names = " or ".join(str(name(c)) for c in self.unreachable)
+        return f"the model classifies no input{within} as {names}"
 
     @property
     def best(self) -> Counterfactual | None:

@@ -150,7 +150,7 @@ def _result(
         "prediction": entry.display(res.prediction),
         "target": entry.display(res.target),
         "feasible": bool(res.feasible),
-        "reason": res.reason,
+        "reason": res.explain(entry.display),
     }
     best = res.best
     if best is not None:

@@ -1,0 +1,228 @@
+"""Query-time search inside mixed regions (left unresolved by a budgeted build).
+
+A best-first branch-and-bound over sub-boxes of the mixed regions, guided by the query:
+the box nearest to ``x`` is popped first, and is
+
+* dropped when the interval bound proves no target class can win anywhere in it;
+* a candidate when the bound certifies it entirely of one target class (its distance is
+  exact: the same :func:`~maps_core.query._rect_dist` as for stored rectangles);
+* otherwise split at the root-most undecided node of its most uncertain tree, like the
+  build does, and its children pushed with their distances.
+
+Only boxes nearer than the current k-th best are ever touched, so a query pays for the
+part of a mixed region between it and its answer, not for the whole region. Single cells
+whose scores nearly tie are handed back to the caller, which labels them with the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .distance import _pop, _push, _rect_dist
+from .partition import _bounds_on, _label_active
+
+
+@njit(cache=True, nogil=True)
+def _grow_rows(a, n):
+    out = np.empty((max(2 * a.shape[0], n),) + a.shape[1:], dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@njit(cache=True, nogil=True)
+def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat,
+                 init_lo, init_hi, init_d, best_in, coff, clow, cupp, clcl,
+                 nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops):
+    """Best-first search of target boxes inside the mixed regions ``init_lo..init_hi``.
+
+    ``best_in`` (shape (k,)) holds the k best distances found among stored rectangles
+    (inf-padded, accumulated form); only boxes that can beat the running k-th best are
+    explored. Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, pops, complete): candidate
+    boxes (certified of a target class, with their distances); near-tie boxes (every cell
+    scores the same, within rounding, so the model's label of the centre holds for all) for
+    the caller to label; the number of boxes popped; False if ``max_pops`` ran out first.
+    """
+    m = x.shape[0]
+    c = base.shape[0]
+    T = roots.shape[0]
+    k = best_in.shape[0]
+    best = best_in.copy()
+    # Pending boxes live in slots; a popped box's slot is recycled.
+    blo = np.empty((256, m), dtype=np.int32)
+    bhi = np.empty((256, m), dtype=np.int32)
+    bstart = np.empty((256, T), dtype=np.int32)  # node each tree has surely reached
+    bcs = np.empty((256, c))  # base + leaf values of the trees constant on the box
+    free = np.empty(256, dtype=np.int64)
+    n_free = 0
+    n_used = 0
+    keys = np.empty(64)
+    vals = np.empty(64, dtype=np.int64)
+    n = 0
+    n_init = init_lo.shape[0]
+    if n_init > blo.shape[0]:
+        blo = _grow_rows(blo, n_init)
+        bhi = _grow_rows(bhi, n_init)
+        bstart = _grow_rows(bstart, n_init)
+        bcs = _grow_rows(bcs, n_init)
+        free = _grow_rows(free, n_init)
+    for i in range(n_init):
+        if init_d[i] >= best[k - 1]:
+            continue
+        blo[n_used] = init_lo[i]
+        bhi[n_used] = init_hi[i]
+        bstart[n_used] = roots
+        bcs[n_used] = base
+        keys, vals, n = _push(keys, vals, n, init_d[i], n_used)
+        n_used += 1
+    c_lo = np.empty((16, m), dtype=np.int32)
+    c_hi = np.empty((16, m), dtype=np.int32)
+    c_lab = np.empty(16, dtype=np.int64)
+    c_d = np.empty(16)
+    n_c = 0
+    t_lo = np.empty((4, m), dtype=np.int32)
+    t_hi = np.empty((4, m), dtype=np.int32)
+    t_d = np.empty(4)
+    n_t = 0
+    a0 = np.empty(m, dtype=np.bool_)
+    a1 = np.empty(m, dtype=np.bool_)
+    act = np.empty(T, dtype=np.int32)
+    start = np.empty(T, dtype=np.int32)
+    cs = np.empty(c)
+    cell = np.empty(m, dtype=np.int32)
+    buf = np.empty(c)
+    lb = np.empty(c)
+    trange = np.empty(T)
+    top_n = np.empty(T, dtype=np.int32)
+    stack = np.empty(max_depth_nodes, dtype=np.int32)
+    mn = np.empty(c)
+    mx = np.empty(c)
+    pops = 0
+    complete = True
+    while n > 0:
+        d, s, n = _pop(keys, vals, n)
+        if d >= best[k - 1]:
+            break
+        if pops >= max_pops:
+            complete = False
+            break
+        pops += 1
+        lo = blo[s].copy()
+        hi = bhi[s].copy()
+        n_act = 0
+        for t in range(T):
+            start[t] = bstart[s, t]
+            if nf[start[t]] >= 0:
+                act[n_act] = t
+                n_act += 1
+        for j in range(c):
+            cs[j] = bcs[s, j]
+        free[n_free] = s
+        n_free += 1
+        single = True
+        for f in range(m):
+            cell[f] = (lo[f] + hi[f]) // 2
+            if hi[f] > lo[f]:
+                single = False
+        a, marg = _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf)
+        label = -1
+        tie = False
+        if single:
+            if marg <= tol:
+                tie = True
+            else:
+                label = a
+        else:
+            worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
+                               trange, top_n, stack, mn, mx)
+            if worst > tol:
+                label = a
+            else:
+                if not tmask[a]:
+                    # a beats every target class everywhere in the box: nothing to find
+                    hopeless = True
+                    for b in range(c):
+                        if tmask[b] and lb[b] <= tol:
+                            hopeless = False
+                            break
+                    if hopeless:
+                        continue
+                # Trees now constant fold into cs, the others move down to their
+                # root-most undecided node; split at the most uncertain tree's node.
+                bt = -1
+                br = -1.0
+                for i in range(n_act):
+                    t = act[i]
+                    node = top_n[t]
+                    start[t] = node
+                    if nf[node] >= 0:
+                        if trange[t] > br:
+                            br = trange[t]
+                            bt = t
+                    else:
+                        for j in range(c):
+                            cs[j] += nv[node, j]
+                if bt < 0:
+                    tie = True  # one score vector on the whole box, within rounding
+                else:
+                    f = nf[start[bt]]
+                    cut = ncut[start[bt]]
+                    for side in range(2):
+                        if n_free > 0:
+                            n_free -= 1
+                            s2 = free[n_free]
+                        else:
+                            if n_used >= blo.shape[0]:
+                                blo = _grow_rows(blo, n_used + 1)
+                                bhi = _grow_rows(bhi, n_used + 1)
+                                bstart = _grow_rows(bstart, n_used + 1)
+                                bcs = _grow_rows(bcs, n_used + 1)
+                                free = _grow_rows(free, n_used + 1)
+                            s2 = n_used
+                            n_used += 1
+                        blo[s2] = lo
+                        bhi[s2] = hi
+                        if side == 0:
+                            bhi[s2, f] = cut
+                        else:
+                            blo[s2, f] = cut + 1
+                        dd = _rect_dist(s2, x, w, norm, cmin, cmax, integral, blo, bhi, coff, clow,
+                                        cupp, clcl, best[k - 1], gcol, gstart, gcols, gcost, xcat,
+                                        a0, a1)
+                        if dd >= best[k - 1]:
+                            free[n_free] = s2
+                            n_free += 1
+                            continue
+                        bstart[s2] = start
+                        bcs[s2] = cs
+                        keys, vals, n = _push(keys, vals, n, dd, s2)
+                    continue
+        if tie:
+            if n_t >= t_lo.shape[0]:
+                t_lo = _grow_rows(t_lo, n_t + 1)
+                t_hi = _grow_rows(t_hi, n_t + 1)
+                t_d = _grow_rows(t_d, n_t + 1)
+            t_lo[n_t] = lo
+            t_hi[n_t] = hi
+            t_d[n_t] = d
+            n_t += 1
+            continue
+        if not tmask[label]:
+            continue
+        if n_c >= c_lo.shape[0]:
+            c_lo = _grow_rows(c_lo, n_c + 1)
+            c_hi = _grow_rows(c_hi, n_c + 1)
+            c_lab = _grow_rows(c_lab, n_c + 1)
+            c_d = _grow_rows(c_d, n_c + 1)
+        c_lo[n_c] = lo
+        c_hi[n_c] = hi
+        c_lab[n_c] = label
+        c_d[n_c] = d
+        n_c += 1
+        j = k - 1
+        while j > 0 and best[j - 1] > d:
+            best[j] = best[j - 1]
+            j -= 1
+        best[j] = d
+    return (c_lo[:n_c].copy(), c_hi[:n_c].copy(), c_lab[:n_c].copy(), c_d[:n_c].copy(),
+            t_lo[:n_t].copy(), t_hi[:n_t].copy(), t_d[:n_t].copy(), pops, complete)
