@@ -118,6 +118,7 @@ class CounterfactualMaps:
             )
         grid = Grid.from_ensemble(ens, schema)
         labeler = None if isinstance(model, FlatEnsemble) else _model_labeler(model, ens)
+        jobs = n_jobs or os.cpu_count() or 1
         part = extract(
             ens,
             grid,
@@ -125,10 +126,10 @@ class CounterfactualMaps:
             max_seconds=max_seconds,
             on_budget=on_budget,
             progress=progress,
-            n_jobs=n_jobs or os.cpu_count() or 1,
+            n_jobs=jobs,
             labeler=labeler,
         )
-        index = build_index(part, grid, ens.n_classes)
+        index = build_index(part, grid, ens.n_classes, n_jobs=jobs)
         stats = BuildStats(
             seconds=time.perf_counter() - t0,
             rectangles_per_class=[int(n) for n in part.counts(ens.n_classes)],
