@@ -23,8 +23,13 @@ BENCH = Path(__file__).resolve().parents[1]
 T_START = time.perf_counter()
 
 
+LOG: list[str] = []
+
+
 def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T_START:7.1f}s] {msg}", flush=True)
+    line = f"[{time.perf_counter() - T_START:7.1f}s] {msg}"
+    LOG.append(line)
+    print(line, flush=True)
 
 
 def _line(r: dict) -> str:
@@ -89,6 +94,8 @@ def part_peers(mode, paper_rows: list[dict]) -> dict:
 
 def _finish(results: dict, out: Path) -> int:
     lines = report.write(results, out)
+    if LOG:  # not with --report-only
+        (out / "run.log").write_text("\n".join(LOG) + "\n")
     print()
     print(f"== summary ({results['mode']} mode, {results['wall_s'] / 60:.1f} min; {out / 'README.md'}) ==")
     for s in lines:

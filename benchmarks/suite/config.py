@@ -89,7 +89,7 @@ DEFAULT = Mode(
                     query_budget=45.0, n_scan=100, scan_budget=15.0),
     sensitivity=SensitivityPlan(("CP", "BC"), trees=(3, 5, 7, 10, 50, 100), depths=(3, 5, 7, 10),
                                 build_budget=60.0, n_queries=200, query_budget=10.0),
-    peers=PeerPlan(DATASETS, _per(20, PD=10), ocean_time_limit=20.0, treecf_time_limit=20.0),
+    peers=PeerPlan(DATASETS, _per(20), ocean_time_limit=20.0, treecf_time_limit=20.0),
     notes=["default mode: PD 1 forest seed (the slow build; budget 60 s), 5 seeds elsewhere; "
            "`--full` runs 5 seeds everywhere with larger budgets"],
 )
