@@ -47,7 +47,8 @@ class Settings(BaseSettings):
         Threads used inside one build. Default: all cores but one, so that queries keep a
         core while a build runs.
     build_max_seconds, build_max_rectangles : optional
-        Extraction budgets (default: 15 minutes, no rectangle cap). When one runs out, the
+        Extraction budgets (default: 15 minutes, 5 million rectangles, which bounds a
+        build's memory to a few GB: a build peaks at roughly 0.5 kB per rectangle). When one runs out, the
         unresolved regions are kept as *mixed* boxes that queries refine on demand, so
         answers stay exact (the build never fails for budget reasons); a build thread cannot
         be killed, so the time budget is what keeps a huge model from holding a build worker
@@ -72,7 +73,7 @@ class Settings(BaseSettings):
     build_workers: int = Field(default=1, gt=0)
     build_jobs: int | None = Field(default=None, gt=0)
     build_max_seconds: float | None = Field(default=900.0, gt=0)
-    build_max_rectangles: int | None = Field(default=None, gt=0)
+    build_max_rectangles: int | None = Field(default=5_000_000, gt=0)
     default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
 
     @field_validator("api_tokens", mode="before")

@@ -46,7 +46,37 @@ def _check(model: Any) -> str:
     return kind
 
 
-def _append_tree(tree: Any, values: np.ndarray, acc: dict[str, list[np.ndarray]]) -> None:
+def _validate_tree(tree: Any, values: np.ndarray, n_features: int) -> None:
+    """Refuse node arrays that are not a proper binary tree over ``n_features`` inputs.
+
+    The extraction and query kernels index these arrays without bounds checks, so a
+    crafted or corrupted model must be stopped here: children must come after their
+    parent (as scikit-learn numbers them; this also rules out cycles), every node but the
+    root must have exactly one parent, features must exist and numbers must be finite.
+    """
+    n = int(tree.node_count)
+    left = np.asarray(tree.children_left)
+    right = np.asarray(tree.children_right)
+    feat = np.asarray(tree.feature)
+    thr = np.asarray(tree.threshold)
+    if n < 1 or any(a.shape != (n,) for a in (left, right, feat, thr)) or values.shape[0] != n:
+        raise UnsupportedModelError("a tree's node arrays are inconsistent (corrupt model?)")
+    leaf = left < 0
+    if np.any(leaf != (right < 0)) or np.any(left[leaf] != -1) or np.any(right[leaf] != -1):
+        raise UnsupportedModelError("a tree has a node with exactly one child (corrupt model?)")
+    idx = np.flatnonzero(~leaf)
+    kids = np.concatenate([left[idx], right[idx]])
+    if (np.any(left[idx] <= idx) or np.any(right[idx] <= idx) or np.any(kids >= n)
+            or np.unique(kids).size != kids.size or kids.size != n - 1):
+        raise UnsupportedModelError("a tree's child indices do not form a tree (corrupt model?)")
+    if np.any(feat[idx] < 0) or np.any(feat[idx] >= n_features):
+        raise UnsupportedModelError("a tree splits on a feature the model does not have")
+    if not (np.all(np.isfinite(thr[idx])) and np.all(np.isfinite(values))):
+        raise UnsupportedModelError("a tree holds a non-finite threshold or leaf value")
+
+
+def _append_tree(tree: Any, values: np.ndarray, acc: dict[str, list[np.ndarray]], n_features: int) -> None:
+    _validate_tree(tree, values, n_features)
     offset = sum(a.shape[0] for a in acc["feature"])
     feat = tree.feature.astype(np.int32)
     left = tree.children_left.astype(np.int32)
@@ -89,6 +119,7 @@ def flatten_model(model: Any) -> FlatEnsemble:
         For any other object, an unfitted model, or a multi-output model.
     """
     kind = _check(model)
+    m = int(model.n_features_in_)
     classes = [_py(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
     acc: dict[str, list[np.ndarray]] = {
@@ -97,10 +128,10 @@ def flatten_model(model: Any) -> FlatEnsemble:
     base = np.zeros(n_classes, dtype=np.float64)
     tie_break = "low"
     if kind in _TREES:
-        _append_tree(model.tree_, _proba_values(model.tree_), acc)
+        _append_tree(model.tree_, _proba_values(model.tree_), acc, m)
     elif kind in _FORESTS:
         for est in model.estimators_:
-            _append_tree(est.tree_, _proba_values(est.tree_), acc)
+            _append_tree(est.tree_, _proba_values(est.tree_), acc, m)
     else:  # gradient boosting
         init = model.init_
         if not (init == "zero" or type(init).__name__ == "DummyClassifier"):
@@ -121,14 +152,14 @@ def flatten_model(model: Any) -> FlatEnsemble:
             for est in stages[:, 0]:
                 leaf = np.zeros((est.tree_.node_count, 2))
                 leaf[:, 1] = lr * est.tree_.value[:, 0, 0]
-                _append_tree(est.tree_, leaf, acc)
+                _append_tree(est.tree_, leaf, acc, m)
         else:
             base[:] = raw0
             for stage in stages:
                 for k, est in enumerate(stage):
                     leaf = np.zeros((est.tree_.node_count, n_classes))
                     leaf[:, k] = lr * est.tree_.value[:, 0, 0]
-                    _append_tree(est.tree_, leaf, acc)
+                    _append_tree(est.tree_, leaf, acc, m)
     names = getattr(model, "feature_names_in_", None)
     return FlatEnsemble(
         kind=kind,
