@@ -78,9 +78,9 @@ QUICK = Mode(
                     scan_budget=5.0),
     sensitivity=SensitivityPlan(("CP",), trees=(3, 10, 100), depths=(3, 5, 7), build_budget=20.0,
                                 n_queries=50, query_budget=5.0),
-    peers=PeerPlan(("CP", "FI"), _per(3), ocean_time_limit=20.0, treecf_time_limit=20.0),
-    notes=["quick mode: CP and FI only, 1 seed, 200 queries, sensitivity on CP with 3x3 "
-           "configurations, 3 peer queries per dataset"],
+    peers=PeerPlan(("CP", "FI"), _per(5), ocean_time_limit=20.0, treecf_time_limit=20.0),
+    notes=["quick mode: CP and FI only, 1 seed, 200 queries, sensitivity on CP with 5 "
+           "configurations, 5 peer queries per dataset"],
 )
 
 DEFAULT = Mode(
