@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                                    ["benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)])
     env = envmod.describe()
     log(f"{command}  ({mode.name} mode) -> {out}")
+    if env["versions"].get("matplotlib") == "not installed":
+        log("!! matplotlib is not installed: tables only, no PNGs (pip install -e '.[bench]')")
     log(f"{env['nproc']} CPUs {env['cpu']}, {env['ram_gb']} GB, Python {env['python']}, "
         f"load {env['load_start']}, git {env['git']}")
     results: dict = {"mode": mode.name, "command": command, "env": env,

@@ -36,7 +36,8 @@ def _total(T0: float, t: np.ndarray, n: int) -> tuple[float, bool]:
 def status(res: dict) -> str:
     """'ok', 'budget exceeded: N mixed regions', 'hard timeout ...' or 'error ...'."""
     if res.get("timed_out"):
-        return f"hard timeout ({res.get('hard_timeout_s', 0):.0f} s) at stage {res.get('stage')}"
+        where = "during the build" if res.get("stage") == "start" else f"after stage {res.get('stage')}"
+        return f"hard timeout ({res.get('hard_timeout_s', 0):.0f} s) {where}"
     if "T0" not in res:
         return f"error: {str(res.get('error', 'no build'))[:120]}"
     s = "ok"

@@ -287,12 +287,13 @@ def curves(paper_rows: list[dict], peers: dict) -> dict[str, dict[str, dict]]:
 
 def scaling_table(cv: dict) -> str:
     ns = (1, 50, 1000, 10_000)
-    lines = ["| dataset | method | set-up (s) | per query (s) | " + " | ".join(f"N={n:,}" for n in ns) + " |",
-             "|---|---|---|---|" + "---|" * len(ns)]
+    lines = ["| dataset | method | set-up (s) | per query (s) | " + " | ".join(f"N={n:,}" for n in ns)
+             + " | paper N=50 / N=1,000 |", "|---|---|---|---|" + "---|" * (len(ns) + 1)]
     for ds, c in cv.items():
         for m, e in c.items():
             tot = " | ".join(_f(e["setup_s"] + n * e["per_query_s"]) for n in ns)
-            lines.append(f"| {ds} | {m} | {_f(e['setup_s'])} | {_f(e['per_query_s'])} | {tot} |")
+            paper = " / ".join(f"{v:g}" for _, v in e.get("paper", [])) or "-"
+            lines.append(f"| {ds} | {m} | {_f(e['setup_s'])} | {_f(e['per_query_s'])} | {tot} | {paper} |")
     return "\n".join(lines)
 
 
@@ -379,6 +380,18 @@ def plan_lines(results: dict) -> list[str]:
     ]
 
 
+NO_PLOTS = "(no plot: matplotlib is not installed; `pip install -e '.[bench]'`)"
+
+
+def _plot(fn, *args) -> bool:
+    """Draw one figure; without matplotlib the tables are still written."""
+    try:
+        fn(*args)
+    except ImportError:
+        return False
+    return True
+
+
 def _rel(out: Path) -> str:
     return os.path.relpath(Path(__file__).resolve().parents[1] / "README.md", out.resolve())
 
@@ -418,8 +431,8 @@ def write(results: dict, out: Path) -> list[str]:
             sel = [r for r in rows if (r["depth"] == fixed if axis == "trees" else r["trees"] == fixed)]
             if len({r[axis] for r in sel}) > 1:
                 fn = f"sensitivity_{axis}.png"
-                plots.sensitivity(sel, axis, out / fn, ss["build_budget"])
-                md += [f"![sensitivity to {axis}]({fn})", ""]
+                if _plot(plots.sensitivity, sel, axis, out / fn, ss["build_budget"]):
+                    md += [f"![sensitivity to {axis}]({fn})", ""]
     if results.get("peers"):
         md += ["## 3. Peers side by side: same forests, same queries", "",
                peers_table(results["peers"]), "", PEER_NOTES, ""]
@@ -435,9 +448,9 @@ def write(results: dict, out: Path) -> list[str]:
                "never larger.", ""]
     cv = curves(results.get("paper", []), results.get("peers", {}))
     if cv:
-        plots.total_time(cv, out / "total_time.png")
+        fig = _plot(plots.total_time, cv, out / "total_time.png")
         md += ["## 4. Total time vs number of counterfactuals", "",
-               scaling_table(cv), "", "![total time](total_time.png)", "",
+               scaling_table(cv), "", "![total time](total_time.png)" if fig else NO_PLOTS, "",
                "Ours: measured T0 (mean over seeds) + N × measured mean l1 query time (part 1); peers: "
                "measured set-up + N × measured mean time per query (part 3). Everything beyond the "
                "measured points is a **linear extrapolation**; peers were measured on "
