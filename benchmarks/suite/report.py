@@ -108,19 +108,20 @@ the seed varies the forest only. Schema: `benchmarks/common.declared_schema` (fi
 codes, float columns holding only integers declared integer, bounds = observed range);
 default query weights (1/range per feature). Queries: the test rows, topped up to the
 requested count with uniform legal samples (integral on integer features), the same for
-every seed. T0 = wall time of `CounterfactualMaps.build(model, schema, max_seconds=budget)`
+every seed. T0 = wall time of `CounterfactualMaps.build(model, schema, max_seconds=budget,
+max_rectangles=5_000_000)` (the service's default budgets bound memory the same way)
 after a JIT warm-up on a tiny forest (compilation is not part of T0); T50 / T1000 = T0 + the
 wall time of the first 50 / 1000 single `counterfactual(x, norm="l1")` calls (nearest other
 class). Mean ± sd over seeds. `~` = extrapolated: the per-norm query budget stopped the run
 before 1000 queries, the rest is counted at the mean measured time (numbers in brackets:
 queries answered / asked). Latency columns: median per query, mean over seeds; {PAPER_LATENCY_NOTE}.
-The norms run in the order l1, l2, linf on the same maps: on maps with mixed regions, pieces
-refined for l1 are cached and reused by l2 and linf. "valid CFs": the model itself predicts
+The norms run in the order l1, l2, linf on the same maps; queries that reach mixed regions
+search inside them from scratch (nothing is cached between queries). "valid CFs": the model itself predicts
 the target class at every returned counterfactual (all norms, all seeds). "budget exceeded":
-the build stopped at its budget and kept mixed regions, refined on demand at query time (answers
-stay exact, queries near them pay for the refinement); `max_seconds` bounds the extraction, the
-KD-tree indexing comes on top. Peak RSS: the worker process (max over seeds). Paper hardware:
-AMD EPYC 7532 2.4 GHz."""
+the build stopped at a budget and kept mixed regions, searched at query time by a best-first
+branch-and-bound over their sub-boxes (answers stay exact, queries near them pay for it);
+`max_seconds` bounds the extraction, the KD-tree indexing comes on top. Peak RSS: the worker
+process (max over seeds). Paper hardware: AMD EPYC 7532 2.4 GHz."""
 
 
 # -------------------------------------------------------------------------------------------
