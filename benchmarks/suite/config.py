@@ -91,6 +91,7 @@ DEFAULT = Mode(
                                 build_budget=60.0, n_queries=200, query_budget=10.0),
     peers=PeerPlan(DATASETS, _per(20), ocean_time_limit=20.0, treecf_time_limit=20.0),
     notes=["default mode: PD 1 forest seed (the slow build; budget 60 s), 5 seeds elsewhere; "
+           "every build also stops at 5M rectangles; "
            "`--full` runs 5 seeds everywhere with larger budgets"],
 )
 
