@@ -15,6 +15,13 @@ from suite.metrics import mean_sd, status
 PEER_LABEL = {"ocean": "OCEAN", "treecf": "treecf", "dice": "DiCE"}
 
 
+
+def _rect_budget(r: dict) -> int:
+    """Rectangle budget a build ran with (older results: the worker's default)."""
+    from .worker import MAX_RECTANGLES
+
+    return int(r["spec"].get("max_rectangles", MAX_RECTANGLES))
+
 def _f(v, nd: int = 3, unit: str = "") -> str:
     if v is None or (isinstance(v, float) and not np.isfinite(v)):
         return "-"
@@ -85,8 +92,8 @@ def paper_table(rows: list[dict]) -> str:
         sts = sorted({status(r) for r in rs})
         mixed = [r for r in built if r.get("mixed")]
         st = "ok" if sts == ["ok"] else "; ".join(
-            f"seed {r['spec']['seed']}: {status(r)} (T0 {r['T0']:.0f} s vs budget "
-            f"{r['spec']['max_seconds']:g} s; extraction "
+            f"seed {r['spec']['seed']}: {status(r)} (T0 {r['T0']:.0f} s; budgets "
+            f"{r['spec']['max_seconds']:g} s and {_rect_budget(r):,} rectangles; extraction "
             f"{_f(r.get('counters', {}).get('extract_seconds'))} s, the rest indexing)"
             for r in (mixed or rs) if status(r) != "ok")
         val = sum(n.get("valid", 0) for r in built for n in r.get("norms", {}).values())
@@ -309,9 +316,10 @@ def summary_lines(results: dict) -> list[str]:
             T0 = float(np.mean([r["T0"] for r in built]))
             mixed = max(r.get("mixed", 0) for r in built)
             if mixed:
-                parts.append(f"T0 {T0:.3g} s, build stopped by its {built[0]['spec']['max_seconds']:g} s "
-                             f"budget with {mixed:,} mixed regions (refined at query time) vs paper "
-                             f"{PAPER[ds]['T0']} s for a complete build")
+                secs = built[0]["spec"]["max_seconds"]
+                parts.append(f"T0 {T0:.3g} s, build stopped by its budget ({secs:g} s "
+                             f"or {_rect_budget(built[0]):,} rectangles) with {mixed:,} mixed regions "
+                             f"(searched at query time) vs paper {PAPER[ds]['T0']} s for a complete build")
             else:
                 ratio = PAPER[ds]["T0"] / T0
                 parts.append(f"T0 {T0:.3g} s vs paper {PAPER[ds]['T0']} s ("
