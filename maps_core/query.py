@@ -10,7 +10,13 @@ enlarging an interval, which is what keeps weights, norms and constraints exact:
 * immutable features: the interval must contain ``x_f`` (constraint box ``[x_f, x_f]``);
 * one-way changes: intersect with ``[x_f, inf)`` or ``(-inf, x_f]``;
 * user bounds: intersect with ``[lower, upper]``;
-* integral features: the interval is rounded inward to integers.
+* integral features: the interval is rounded inward to integers;
+* one-hot groups: a box admits the categories whose column may be 1 while the others may
+  be 0; switching category costs the group's constant (see :mod:`maps_core.distance`);
+* ``l0``: the number of changed features (a group counts once), ties broken by weighted
+  l1, as one lexicographic key.
+
+Mixed regions left by a budgeted build are searched with :mod:`maps_core.lazy`.
 
 Rectangles of continuous features are open at a lower end that comes from a threshold
 (``x > t``); the certified distance is the infimum, and the returned point is the nearest
