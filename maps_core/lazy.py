@@ -20,14 +20,7 @@ import numpy as np
 from numba import njit
 
 from .distance import _pop, _push, _rect_dist
-from .partition import _bounds_on, _label_active
-
-
-@njit(cache=True, nogil=True)
-def _grow_rows(a, n):
-    out = np.empty((max(2 * a.shape[0], n),) + a.shape[1:], dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return out
+from .partition import _bounds_on, _grow, _label_active
 
 
 @njit(cache=True, nogil=True)
@@ -61,11 +54,11 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     n = 0
     n_init = init_lo.shape[0]
     if n_init > blo.shape[0]:
-        blo = _grow_rows(blo, n_init)
-        bhi = _grow_rows(bhi, n_init)
-        bstart = _grow_rows(bstart, n_init)
-        bcs = _grow_rows(bcs, n_init)
-        free = _grow_rows(free, n_init)
+        blo = _grow(blo, n_init)
+        bhi = _grow(bhi, n_init)
+        bstart = _grow(bstart, n_init)
+        bcs = _grow(bcs, n_init)
+        free = _grow(free, n_init)
     for i in range(n_init):
         if init_d[i] >= best[k - 1]:
             continue
@@ -186,11 +179,11 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                             s2 = free[n_free]
                         else:
                             if n_used >= blo.shape[0]:
-                                blo = _grow_rows(blo, n_used + 1)
-                                bhi = _grow_rows(bhi, n_used + 1)
-                                bstart = _grow_rows(bstart, n_used + 1)
-                                bcs = _grow_rows(bcs, n_used + 1)
-                                free = _grow_rows(free, n_used + 1)
+                                blo = _grow(blo, n_used + 1)
+                                bhi = _grow(bhi, n_used + 1)
+                                bstart = _grow(bstart, n_used + 1)
+                                bcs = _grow(bcs, n_used + 1)
+                                free = _grow(free, n_used + 1)
                             s2 = n_used
                             n_used += 1
                         blo[s2] = lo
@@ -212,9 +205,9 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                     continue
         if tie:
             if n_t >= t_lo.shape[0]:
-                t_lo = _grow_rows(t_lo, n_t + 1)
-                t_hi = _grow_rows(t_hi, n_t + 1)
-                t_d = _grow_rows(t_d, n_t + 1)
+                t_lo = _grow(t_lo, n_t + 1)
+                t_hi = _grow(t_hi, n_t + 1)
+                t_d = _grow(t_d, n_t + 1)
             t_lo[n_t] = lo
             t_hi[n_t] = hi
             t_d[n_t] = d
@@ -223,10 +216,10 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
         if not tmask[label]:
             continue
         if n_c >= c_lo.shape[0]:
-            c_lo = _grow_rows(c_lo, n_c + 1)
-            c_hi = _grow_rows(c_hi, n_c + 1)
-            c_lab = _grow_rows(c_lab, n_c + 1)
-            c_d = _grow_rows(c_d, n_c + 1)
+            c_lo = _grow(c_lo, n_c + 1)
+            c_hi = _grow(c_hi, n_c + 1)
+            c_lab = _grow(c_lab, n_c + 1)
+            c_d = _grow(c_d, n_c + 1)
         c_lo[n_c] = lo
         c_hi[n_c] = hi
         c_lab[n_c] = label
