@@ -48,9 +48,9 @@ class Settings(BaseSettings):
         core while a build runs.
     build_max_seconds, build_max_rectangles : optional
         Extraction budgets (default: 15 minutes, 5 million rectangles, which bounds a
-        build's memory to a few GB: a build peaks at roughly 0.5 kB per rectangle). When one runs out, the
-        unresolved regions are kept as *mixed* boxes that queries refine on demand, so
-        answers stay exact (the build never fails for budget reasons); a build thread cannot
+        build's memory to a few GB: a build peaks at roughly 0.5 kB per rectangle). When
+        one runs out, the unresolved regions are kept as *mixed* boxes that queries search
+        inside, so answers stay exact (the build never fails for budget reasons); a build thread cannot
         be killed, so the time budget is what keeps a huge model from holding a build worker
         for hours.
     default_norm : {"l1", "l2", "linf", "l0"}
