@@ -658,6 +658,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted\n")
         return 130
+    except BrokenPipeError:
+        # The reader went away (``cfmaps query ... | head``): stop quietly, as Unix tools
+        # do; pointing stdout at devnull keeps the interpreter's final flush from failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 1
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from sklearn.ensemble import RandomForestClassifier
 
 from app.cli import ProgressBar, main, read_csv_table, schema_from_data
 from maps_core import CounterfactualMaps
+from tests.conftest import ROOT
 
 NAMES = ["income", "age", "late", "debt"]
 
@@ -428,3 +430,33 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode in (0, 130)  # 130: stopped by Ctrl-C (SIGINT), as a shell reports
+
+
+def test_query_options_and_l0(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--options carries the HTTP body's constraints; l0 counts changed features."""
+    inst = '{"income": 20, "age": 30, "late": 1, "debt": 40}'
+    free = _query(capsys, built, "--instance", inst, "--norm", "l0")
+    assert free["feasible"] and free["distance"] == len(free["changes"])
+    fixed = sorted(free["changes"])[:1]
+    res = _query(capsys, built, "--instance", inst, "--norm", "l0",
+                 "--options", json.dumps({"immutable": fixed}))
+    if res["feasible"]:
+        assert not set(fixed) & set(res["changes"])
+    else:
+        assert fixed[0] in res["reason"]
+    code, out, err = _run(capsys, "query", str(built), "--instance", inst, "--options", '{"k": 3}')
+    assert code == 1 and "unknown key(s) ['k']" in err
+
+
+def test_query_into_a_closed_pipe_exits_quietly(built: Path) -> None:
+    """`cfmaps query ... | head -1`: the reader leaves early; no traceback."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "app.cli", "query", str(built), "--instance",
+           '{"income": 20, "age": 30, "late": 1, "debt": 40}', "--k", "5", "--pretty"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the answer is written: EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err, err
