@@ -612,7 +612,11 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     ]
     refined = 0
     if mixed_ids.size:
-        # Mixed regions that could still beat the k-th best: search inside them.
+        # Mixed regions that could still beat the k-th best: search inside them. A mixed
+        # region sits in every class tree, so with several target classes it can be met
+        # more than once: search it once (k-best answers must be distinct boxes).
+        mixed_ids, first = np.unique(mixed_ids, return_index=True)
+        mixed_d = mixed_d[first]
         g, kern = maps.grid, _kernel(maps)
         best_in = np.full(k, np.inf)
         best_in[: len(cands)] = [cd[0] for cd in cands]

@@ -103,6 +103,25 @@ def test_mixed_regions_keep_answers_exact_and_faithful(built, tmp_path):
     assert any(r.stats.regions_refined > 0 for r in loaded.counterfactuals(X[:30]))
 
 
+def test_k_best_with_mixed_regions_are_distinct_and_exact(built):
+    """A mixed region is indexed under every class: with the target omitted (several
+    target classes) it is met more than once, yet it must be searched once, and the k
+    best must be distinct boxes whose distances match the complete build's k best."""
+    model, X, full = built
+    part = CounterfactualMaps.build(model, max_rectangles=5)
+    assert part.stats.mixed_regions > 0
+    for x in X[:40]:
+        got = part.counterfactual(x, k=5)
+        want = full.counterfactual(x, k=5)
+        boxes = [(tuple(c.region.lower), tuple(c.region.upper)) for c in got.counterfactuals]
+        assert len(boxes) == len(set(boxes))
+        d = [c.distance for c in got.counterfactuals]
+        assert d == sorted(d)
+        assert d[0] == pytest.approx(want.best.distance, abs=1e-12)
+        for c in got.counterfactuals:
+            assert model.predict(c.x[None])[0] == c.target
+
+
 def test_progress_reaches_one(built):
     model, _, _ = built
     seen: list[float] = []
