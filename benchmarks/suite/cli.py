@@ -119,6 +119,23 @@ def report_only(out: Path) -> int:
     return _finish(results, out)
 
 
+def ensure_peer_envs(names: tuple[str, ...] | list[str]) -> None:
+    """Create the virtual environments of the peers that lack one (OCEAN's from pyenv's
+    Python 3.12), with ``benchmarks/peers/setup_envs.sh``; never project dependencies."""
+    import subprocess
+
+    from peers.peers import available
+
+    missing = [n for n in names if not available(n)]
+    if not missing:
+        return
+    log(f"creating peer venvs: {', '.join(missing)} (benchmarks/peers/setup_envs.sh, a few minutes)")
+    script = BENCH / "peers" / "setup_envs.sh"
+    rc = subprocess.run(["bash", str(script), *missing], check=False).returncode
+    if rc != 0:
+        log(f"!! setup_envs.sh exited with {rc}: the peers still missing are skipped")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="cfmaps benchmark suite (see benchmarks/README.md)")
     g = ap.add_mutually_exclusive_group()
@@ -128,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated subset of paper,sensitivity,peers (peers need paper)")
     ap.add_argument("--out", type=Path, help="output directory (default benchmarks/results, "
                     "benchmarks/results/quick with --quick)")
+    ap.add_argument("--no-peer-setup", action="store_true",
+                    help="do not create missing peer venvs (benchmarks/peers/setup_envs.sh); "
+                         "missing peers are then skipped and say so")
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite README.md and the plots from OUT/suite.json without running anything")
     a = ap.parse_args(argv)
@@ -152,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"mode": mode.name, "command": command, "env": env,
                      "plan": dataclasses.asdict(mode), "parts": sorted(parts)}
     peers_needed = set(mode.peers.datasets) if "peers" in parts else set()
+    if "peers" in parts and not a.no_peer_setup:
+        ensure_peer_envs(mode.peers.peers)
     if "paper" in parts:
         results["paper"] = part_paper(mode, peers_needed)
     if "sensitivity" in parts:
