@@ -367,13 +367,7 @@ def result_to_dict(maps: CounterfactualMaps, res: CounterfactualResult, k: int =
             region=None,
         )
     out["optimal"] = True  # the engine certifies its answer, "infeasible" included
-    s = res.stats
-    out["stats"] = {
-        "nodes_popped": int(s.nodes_popped),
-        "rectangles_evaluated": int(s.rectangles_evaluated),
-        "regions_refined": int(s.regions_refined),
-        "seconds": float(s.seconds),
-    }
+    out["stats"] = res.stats.to_dict()
     if k > 1:
         out["alternatives"] = [{"target": _py(cf.target), **one(cf)} for cf in res.counterfactuals[1:]]
     return out

@@ -81,28 +81,12 @@ def _decide(buf, tie_high):
 
 
 @njit(cache=True, nogil=True)
-def _label_cell(cell, nf, ncut, nl, nr, nv, roots, base, tie_high, buf):
-    """Exact class of one cell and its margin (best score minus runner-up)."""
-    c = base.shape[0]
-    for k in range(c):
-        buf[k] = base[k]
-    for t in range(roots.shape[0]):
-        node = roots[t]
-        while nf[node] >= 0:
-            if cell[nf[node]] <= ncut[node]:
-                node = nl[node]
-            else:
-                node = nr[node]
-        for k in range(c):
-            buf[k] += nv[node, k]
-    return _decide(buf, tie_high)
-
-
-@njit(cache=True, nogil=True)
 def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf):
-    """Like :func:`_label_cell`, traversing only the trees in ``act[:n_act]``, each from its
-    node ``start[t]`` (a node on the path of every cell of the region); the other trees are
-    constant on the region and already summed (with the base) in ``cs``."""
+    """Exact class of one cell and its margin (best score minus runner-up).
+
+    Only the trees in ``act[:n_act]`` are traversed, each from its node ``start[t]`` (a
+    node on the path of every cell of the region); the other trees are constant on the
+    region and already summed (with the base) in ``cs``."""
     c = cs.shape[0]
     for k in range(c):
         buf[k] = cs[k]

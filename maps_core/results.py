@@ -47,7 +47,7 @@ class QueryStats:
     rectangles_evaluated : int
         Rectangles whose exact distance was computed.
     regions_refined : int
-        Unresolved (mixed) regions refined on demand during the search.
+        Boxes popped inside unresolved (mixed) regions during the search.
     seconds : float
         Wall-clock time of the search.
     """
@@ -56,6 +56,15 @@ class QueryStats:
     rectangles_evaluated: int = 0
     regions_refined: int = 0
     seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, int | float]:
+        """Plain JSON-ready form (what the CLI and the HTTP API print)."""
+        return {
+            "nodes_popped": int(self.nodes_popped),
+            "rectangles_evaluated": int(self.rectangles_evaluated),
+            "regions_refined": int(self.regions_refined),
+            "seconds": float(self.seconds),
+        }
 
 
 @dataclass(frozen=True)

@@ -165,13 +165,7 @@ def _result(
         )
     # The engine certifies its answer (including "infeasible"): exact by construction.
     out["optimal"] = True
-    s = res.stats
-    out["stats"] = {
-        "nodes_popped": int(s.nodes_popped),
-        "rectangles_evaluated": int(s.rectangles_evaluated),
-        "regions_refined": int(s.regions_refined),
-        "seconds": float(s.seconds),
-    }
+    out["stats"] = res.stats.to_dict()
     if k > 1:
         out["alternatives"] = [
             {"target": entry.display(c.target), **_counterfactual(entry, codec, q, c)}
