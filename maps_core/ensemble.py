@@ -18,8 +18,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from .exceptions import InvalidQueryError
+
+
+@njit(cache=True, nogil=True)
+def _scores(X32, nf, thr, nl, nr, nv, roots, base):
+    """``base + sum over trees of the leaf values`` per row, trees added in order."""
+    n = X32.shape[0]
+    c = base.shape[0]
+    out = np.empty((n, c))
+    for i in range(n):
+        for k in range(c):
+            out[i, k] = base[k]
+        for r in range(roots.shape[0]):
+            node = roots[r]
+            while nf[node] >= 0:
+                if X32[i, nf[node]] <= thr[node]:
+                    node = nl[node]
+                else:
+                    node = nr[node]
+            for k in range(c):
+                out[i, k] += nv[node, k]
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,23 +132,12 @@ class FlatEnsemble:
             raise InvalidQueryError(
                 f"expected an array of shape (n, {self.n_features}), got {X.shape}", "X"
             )
-        # The model compares float32(x) with float64 thresholds.
-        X32 = X.astype(np.float32).astype(np.float64)
-        n = X.shape[0]
-        rows = np.arange(n)
-        scores = np.tile(self.base, (n, 1))
-        for root in self.roots:
-            node = np.full(n, root, dtype=np.int64)
-            while True:
-                feat = self.node_feature[node]
-                internal = feat >= 0
-                if not internal.any():
-                    break
-                go_left = X32[rows, np.where(internal, feat, 0)] <= self.node_threshold[node]
-                nxt = np.where(go_left, self.node_left[node], self.node_right[node])
-                node = np.where(internal, nxt, node)
-            scores += self.node_value[node]
-        return scores
+        # The model compares float32(x) with float64 thresholds. One compiled pass per row
+        # (a Python loop over trees cost ~10 ms per row on 100 trees); the summation order
+        # (base, then the trees in order) is unchanged.
+        X32 = np.ascontiguousarray(X.astype(np.float32).astype(np.float64))
+        return _scores(X32, self.node_feature, self.node_threshold, self.node_left,
+                       self.node_right, self.node_value, self.roots, self.base)
 
     def predict_index(self, X: np.ndarray) -> np.ndarray:
         """Predicted class indices, shape (n_samples,).
