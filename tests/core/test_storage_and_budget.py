@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 
 from maps_core import (
     ArtifactNotFoundError,
@@ -11,8 +12,9 @@ from maps_core import (
     CorruptArtifactError,
     CounterfactualMaps,
     IncompatibleArtifactError,
+    query,
 )
-from tests.conftest import fit
+from tests.conftest import fit, synthetic
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +103,41 @@ def test_mixed_regions_keep_answers_exact_and_faithful(built, tmp_path):
             assert model.predict(a.best.x[None])[0] == a.target
             assert c.best.distance == pytest.approx(b.best.distance, abs=1e-12)
     assert any(r.stats.regions_refined > 0 for r in loaded.counterfactuals(X[:30]))
+
+
+@pytest.fixture(scope="module", params=[("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)],
+                ids=lambda p: f"{p[0]}-{p[1]}cls")
+def budgeted(request):
+    """A model, its complete maps and maps stopped after 5 rectangles (mostly mixed).
+    Forests big enough that searches split many boxes, so per-tree results are carried
+    through several generations."""
+    kind, n_classes = request.param
+    X, y = synthetic(n_classes, 5, 4)
+    if kind == "rf":
+        model = RandomForestClassifier(n_estimators=30, max_depth=5, random_state=0)
+    else:
+        model = GradientBoostingClassifier(n_estimators=30, max_depth=3, random_state=0)
+    model.fit(X, y)
+    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model, max_rectangles=5)
+
+
+@pytest.mark.parametrize("carry", [True, False], ids=["carried", "rewalked"])
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+def test_mixed_search_matches_complete_maps(budgeted, norm, carry, monkeypatch):
+    """The mixed-region search, with per-tree results carried from box to child box or
+    (limit 0) every tree walked again at every box, finds the complete build's optimum."""
+    model, X, full, part = budgeted
+    assert part.stats.mixed_regions > 0
+    if not carry:
+        monkeypatch.setattr(query, "MIXED_CACHE_LIMIT", 0)
+    refined = 0
+    for x in X[:25]:
+        got = part.counterfactual(x, norm=norm)
+        want = full.counterfactual(x, norm=norm)
+        refined += got.stats.regions_refined
+        assert got.best.distance == pytest.approx(want.best.distance, abs=1e-12)
+        assert model.predict(got.best.x[None])[0] == got.target
+    assert refined > 0
 
 
 def test_k_best_with_mixed_regions_are_distinct_and_exact(built):
