@@ -12,12 +12,6 @@ the box nearest to ``x`` is popped first, and is
 Only boxes nearer than the current k-th best are ever touched, so a query pays for the
 part of a mixed region between it and its answer, not for the whole region. Single cells
 whose scores nearly tie are handed back to the caller, which labels them with the model.
-
-A child box differs from its parent in one feature only, so a tree none of whose undecided
-nodes (in the parent) split on that feature reaches the same leaves, and the same leaf at
-the centre cell, in the child. Each pending box therefore carries its trees' per-leaf
-margins, centre leaves and undecided-feature masks, and only the trees the split touched
-are walked again (on PD 100x5 about a third of the live trees per split).
 """
 
 from __future__ import annotations
@@ -26,14 +20,13 @@ import numpy as np
 from numba import njit
 
 from .distance import _pop, _push, _rect_dist
-from .partition import _decide, _grow, _tree_bounds
+from .partition import _bounds_on, _grow, _label_active
 
 
 @njit(cache=True, nogil=True)
 def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat,
                  init_lo, init_hi, init_d, best_in, coff, clow, cupp, clcl,
-                 nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops,
-                 cache_limit):
+                 nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops):
     """Best-first search of target boxes inside the mixed regions ``init_lo..init_hi``.
 
     ``best_in`` (shape (k,)) holds the k best distances found among stored rectangles
@@ -42,8 +35,6 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     boxes (certified of a target class, with their distances); near-tie boxes (every cell
     scores the same, within rounding, so the model's label of the centre holds for all) for
     the caller to label; the number of boxes popped; False if ``max_pops`` ran out first.
-    Per-tree results are carried from parent to child boxes when ``T * c <= cache_limit``
-    (T trees, c classes); above it every pop walks all live trees.
     """
     m = x.shape[0]
     c = base.shape[0]
@@ -55,16 +46,6 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     bhi = np.empty((256, m), dtype=np.int32)
     bstart = np.empty((256, T), dtype=np.int32)  # node each tree has surely reached
     bcs = np.empty((256, c))  # base + leaf values of the trees constant on the box
-    # Per-tree results of the box's parent, reused for trees the split did not touch
-    # (kept only while they are small: about 3 * T * c values per pending box).
-    cached = T * c <= cache_limit
-    S0 = 256 if cached else 1
-    bsplit = np.empty(256, dtype=np.int32)  # feature split to make the box, -1: none
-    ba = np.empty(256, dtype=np.int64)  # class the cached margins are relative to
-    bmn = np.empty((S0, T, c))
-    bmx = np.empty((S0, T, c))
-    bfm = np.empty((S0, T), dtype=np.int64)
-    bleaf = np.empty((S0, T), dtype=np.int32)
     free = np.empty(256, dtype=np.int64)
     n_free = 0
     n_used = 0
@@ -78,13 +59,6 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
         bstart = _grow(bstart, n_init)
         bcs = _grow(bcs, n_init)
         free = _grow(free, n_init)
-        bsplit = _grow(bsplit, n_init)
-        ba = _grow(ba, n_init)
-        if cached:
-            bmn = _grow(bmn, n_init)
-            bmx = _grow(bmx, n_init)
-            bfm = _grow(bfm, n_init)
-            bleaf = _grow(bleaf, n_init)
     for i in range(n_init):
         if init_d[i] >= best[k - 1]:
             continue
@@ -92,7 +66,6 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
         bhi[n_used] = init_hi[i]
         bstart[n_used] = roots
         bcs[n_used] = base
-        bsplit[n_used] = -1
         keys, vals, n = _push(keys, vals, n, init_d[i], n_used)
         n_used += 1
     c_lo = np.empty((16, m), dtype=np.int32)
@@ -115,11 +88,8 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     trange = np.empty(T)
     top_n = np.empty(T, dtype=np.int32)
     stack = np.empty(max_depth_nodes, dtype=np.int32)
-    wmn = np.empty((T, c))  # this box's per-tree results
-    wmx = np.empty((T, c))
-    wfm = np.empty(T, dtype=np.int64)
-    wleaf = np.empty(T, dtype=np.int32)
-    fresh = np.empty(T, dtype=np.bool_)
+    mn = np.empty(c)
+    mx = np.empty(c)
     pops = 0
     complete = True
     while n > 0:
@@ -132,90 +102,32 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
         pops += 1
         lo = blo[s].copy()
         hi = bhi[s].copy()
-        fsplit = bsplit[s]
-        use = cached and fsplit >= 0
-        a_par = ba[s]
-        bit = np.int64(1) << min(fsplit, 63) if fsplit >= 0 else np.int64(0)
         n_act = 0
         for t in range(T):
             start[t] = bstart[s, t]
             if nf[start[t]] >= 0:
                 act[n_act] = t
-                # walked again unless the parent's leaves for this tree are known unchanged
-                fresh[t] = not use or (bfm[s, t] & bit) != 0
                 n_act += 1
         for j in range(c):
             cs[j] = bcs[s, j]
+        free[n_free] = s
+        n_free += 1
         single = True
         for f in range(m):
             cell[f] = (lo[f] + hi[f]) // 2
             if hi[f] > lo[f]:
                 single = False
-        # Centre cell: its exact class is the candidate label.
-        for j in range(c):
-            buf[j] = cs[j]
-        for i in range(n_act):
-            t = act[i]
-            if fresh[t]:
-                node = start[t]
-                while nf[node] >= 0:
-                    if cell[nf[node]] <= ncut[node]:
-                        node = nl[node]
-                    else:
-                        node = nr[node]
-                wleaf[t] = node
-            else:
-                wleaf[t] = bleaf[s, t]
-            for j in range(c):
-                buf[j] += nv[wleaf[t], j]
-        a, marg = _decide(buf, tie_high)
-        if use and a != a_par and c > 2:
-            # cached margins are relative to a_par; only two classes can be re-based
-            for i in range(n_act):
-                fresh[act[i]] = True
+        a, marg = _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf)
         label = -1
         tie = False
         if single:
-            free[n_free] = s
-            n_free += 1
             if marg <= tol:
                 tie = True
             else:
                 label = a
         else:
-            # Interval bound of the margin of a over the box (see partition._bounds_on).
-            for b in range(c):
-                lb[b] = cs[a] - cs[b]
-            for i in range(n_act):
-                t = act[i]
-                if fresh[t]:
-                    top_n[t], wfm[t] = _tree_bounds(start[t], lo, hi, a, nf, ncut, nl, nr, nv,
-                                                    stack, wmn[t], wmx[t])
-                else:
-                    top_n[t] = start[t]  # still undecided: no node on the split feature
-                    wfm[t] = bfm[s, t]
-                    if a == a_par:
-                        for b in range(c):
-                            wmn[t, b] = bmn[s, t, b]
-                            wmx[t, b] = bmx[s, t, b]
-                    else:  # two classes: min(v_a - v_b) = -max(v_b - v_a)
-                        wmn[t, a] = 0.0
-                        wmx[t, a] = 0.0
-                        wmn[t, a_par] = -bmx[s, t, a]
-                        wmx[t, a_par] = -bmn[s, t, a]
-                spread = 0.0
-                for b in range(c):
-                    if b != a:
-                        lb[b] += wmn[t, b]
-                        if wmx[t, b] - wmn[t, b] > spread:
-                            spread = wmx[t, b] - wmn[t, b]
-                trange[t] = spread
-            worst = np.inf
-            for b in range(c):
-                if b != a and lb[b] < worst:
-                    worst = lb[b]
-            free[n_free] = s  # every read of the slot is done: children may reuse it
-            n_free += 1
+            worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
+                               trange, top_n, stack, mn, mx)
             if worst > tol:
                 label = a
             else:
@@ -272,13 +184,6 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                                 bstart = _grow(bstart, n_used + 1)
                                 bcs = _grow(bcs, n_used + 1)
                                 free = _grow(free, n_used + 1)
-                                bsplit = _grow(bsplit, n_used + 1)
-                                ba = _grow(ba, n_used + 1)
-                                if cached:
-                                    bmn = _grow(bmn, n_used + 1)
-                                    bmx = _grow(bmx, n_used + 1)
-                                    bfm = _grow(bfm, n_used + 1)
-                                    bleaf = _grow(bleaf, n_used + 1)
                             s2 = n_used
                             n_used += 1
                         blo[s2] = lo
@@ -296,16 +201,6 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                             continue
                         bstart[s2] = start
                         bcs[s2] = cs
-                        bsplit[s2] = f
-                        ba[s2] = a
-                        if cached:
-                            for i in range(n_act):
-                                t = act[i]
-                                bfm[s2, t] = wfm[t]
-                                bleaf[s2, t] = wleaf[t]
-                                for j in range(c):
-                                    bmn[s2, t, j] = wmn[t, j]
-                                    bmx[s2, t, j] = wmx[t, j]
                         keys, vals, n = _push(keys, vals, n, dd, s2)
                     continue
         if tie:

@@ -102,53 +102,6 @@ def _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, b
     return _decide(buf, tie_high)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _tree_bounds(node0, lo, hi, a, nf, ncut, nl, nr, nv, stack, mn, mx):
-    """One tree's reachable leaves over the region ``lo..hi``, from its node ``node0``.
-
-    Fills ``mn[b]`` / ``mx[b]`` with the minimum / maximum over those leaves of
-    ``v_a - v_b``. Returns (top, fmask): the root-most undecided split node (or the only
-    reachable leaf when the tree is constant on the region), and a bit mask of the
-    features of its undecided nodes (bit ``min(f, 63)``), which tells a later split on
-    another feature that this tree's leaves stay the same.
-    """
-    c = mn.shape[0]
-    for b in range(c):
-        mn[b] = np.inf
-        mx[b] = -np.inf
-    top = -1
-    fmask = np.int64(0)
-    stack[0] = node0
-    sp = 1
-    node = node0
-    while sp > 0:
-        sp -= 1
-        node = stack[sp]
-        f = nf[node]
-        if f < 0:
-            for b in range(c):
-                d = nv[node, a] - nv[node, b]
-                if d < mn[b]:
-                    mn[b] = d
-                if d > mx[b]:
-                    mx[b] = d
-            continue
-        cut = ncut[node]
-        go_l = lo[f] <= cut
-        go_r = hi[f] > cut
-        if go_l and go_r:
-            fmask |= np.int64(1) << min(f, 63)
-            if top < 0:
-                top = node
-        if go_l:
-            stack[sp] = nl[node]
-            sp += 1
-        if go_r:
-            stack[sp] = nr[node]
-            sp += 1
-    return (top if top >= 0 else node), fmask
-
-
 @njit(cache=True, nogil=True)
 def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, trange, top_n,
                stack, mn, mx):
@@ -167,7 +120,37 @@ def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, trang
         lb[b] = cs[a] - cs[b]
     for i in range(n_act):
         t = act[i]
-        top_n[t], _ = _tree_bounds(start[t], lo, hi, a, nf, ncut, nl, nr, nv, stack, mn, mx)
+        for b in range(c):
+            mn[b] = np.inf
+            mx[b] = -np.inf
+        top = -1
+        stack[0] = start[t]
+        sp = 1
+        node = start[t]
+        while sp > 0:
+            sp -= 1
+            node = stack[sp]
+            f = nf[node]
+            if f < 0:
+                for b in range(c):
+                    d = nv[node, a] - nv[node, b]
+                    if d < mn[b]:
+                        mn[b] = d
+                    if d > mx[b]:
+                        mx[b] = d
+                continue
+            cut = ncut[node]
+            go_l = lo[f] <= cut
+            go_r = hi[f] > cut
+            if go_l and go_r and top < 0:
+                top = node
+            if go_l:
+                stack[sp] = nl[node]
+                sp += 1
+            if go_r:
+                stack[sp] = nr[node]
+                sp += 1
+        top_n[t] = top if top >= 0 else node  # constant tree: its only reachable leaf
         spread = 0.0
         for b in range(c):
             if b != a:

@@ -555,9 +555,6 @@ def _piece_holding(
 # Boxes a query may pop inside mixed regions before giving up (exactness is never traded:
 # a query that needs more fails with MapsError, suggesting a larger build budget).
 MAX_MIXED_POPS = 5_000_000
-# Largest trees x classes for which a mixed-region search carries per-tree results from a
-# box to its children (memory: about 3 * T * c floats per pending box).
-MIXED_CACHE_LIMIT = 4096
 
 
 def _constraints_text(maps: CounterfactualMaps, opts: QueryOptions) -> str:
@@ -629,7 +626,7 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
         tables: tuple[Any, ...] = (
             g.cell_offsets, g.cell_lower, g.cell_upper, g.cell_lower_closed, kern.nf, kern.ncut,
             kern.nl, kern.nr, kern.nv, kern.roots, kern.base, kern.tie_high, kern.tol,
-            kern.max_depth_nodes, MAX_MIXED_POPS, MIXED_CACHE_LIMIT,
+            kern.max_depth_nodes, MAX_MIXED_POPS,
         )
         c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, refined, complete = mixed_search(
             x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, *groups, *init, *tables

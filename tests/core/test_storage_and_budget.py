@@ -12,7 +12,6 @@ from maps_core import (
     CorruptArtifactError,
     CounterfactualMaps,
     IncompatibleArtifactError,
-    query,
 )
 from tests.conftest import fit, synthetic
 
@@ -109,8 +108,7 @@ def test_mixed_regions_keep_answers_exact_and_faithful(built, tmp_path):
                 ids=lambda p: f"{p[0]}-{p[1]}cls")
 def budgeted(request):
     """A model, its complete maps and maps stopped after 5 rectangles (mostly mixed).
-    Forests big enough that searches split many boxes, so per-tree results are carried
-    through several generations."""
+    Forests big enough that searches split many boxes."""
     kind, n_classes = request.param
     X, y = synthetic(n_classes, 5, 4)
     if kind == "rf":
@@ -121,15 +119,12 @@ def budgeted(request):
     return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model, max_rectangles=5)
 
 
-@pytest.mark.parametrize("carry", [True, False], ids=["carried", "rewalked"])
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
-def test_mixed_search_matches_complete_maps(budgeted, norm, carry, monkeypatch):
-    """The mixed-region search, with per-tree results carried from box to child box or
-    (limit 0) every tree walked again at every box, finds the complete build's optimum."""
+def test_mixed_search_matches_complete_maps(budgeted, norm):
+    """The search inside mixed regions finds the complete build's optimum, for forests and
+    boosting, two and three classes."""
     model, X, full, part = budgeted
     assert part.stats.mixed_regions > 0
-    if not carry:
-        monkeypatch.setattr(query, "MIXED_CACHE_LIMIT", 0)
     refined = 0
     for x in X[:25]:
         got = part.counterfactual(x, norm=norm)
