@@ -20,7 +20,6 @@ Exit status: 0 on success, 1 when the command fails (bad model, bad schema, bad 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -34,12 +33,11 @@ from typing import IO, Any
 
 import numpy as np
 
-from maps_core import CounterfactualMaps, Feature, FeatureSchema, MapsError
+from maps_core import CounterfactualMaps, Feature, FeatureSchema, MapsError, read_table
 from maps_core.results import CounterfactualResult
 
 #: Type codes of the two-row CSV header (row 1 names, row 2 codes): binary, discrete
 #: (integer), float, categorical ("E"numerated, strings or codes) and target.
-TYPE_CODES = frozenset({"B", "D", "F", "E", "T"})
 
 
 class CLIError(Exception):
@@ -111,39 +109,12 @@ def load_spec(path: str | os.PathLike[str]) -> FeatureSchema:
 def read_csv_table(
     path: str | os.PathLike[str],
 ) -> tuple[list[str], list[str] | None, list[list[str]]]:
-    """Read a CSV with one header row, or the project's two-row header.
-
-    Returns
-    -------
-    names : list of str
-    codes : list of str or None
-        The type codes of row 2 (``B``, ``D``, ``F``, ``E``, ``T``) when the file has them.
-    rows : list of list of str
-    """
-    p = Path(path)
+    """(names, type codes or None, data rows) of a CSV: :func:`maps_core.read_table`, with
+    its errors reported as CLI errors."""
     try:
-        with p.open(newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    except FileNotFoundError as exc:
-        raise CLIError(f"data file not found: {p}") from exc
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise CLIError(f"cannot read {p}: {exc}") from exc
-    if len(rows) < 2:
-        raise CLIError(f"{p}: expected a header row and at least one data row")
-    names = [c.strip() for c in rows[0]]
-    codes: list[str] | None = None
-    second = [c.strip().upper() for c in rows[1]]
-    if len(second) == len(names) and all(c in TYPE_CODES for c in second):
-        codes = second
-        rows = rows[1:]
-    data = rows[1:]
-    if not data:
-        raise CLIError(f"{p}: no data rows")
-    for i, r in enumerate(data):
-        if len(r) != len(names):
-            line = i + (3 if codes else 2)
-            raise CLIError(f"{p}, line {line}: {len(r)} fields, the header has {len(names)}")
-    return names, codes, data
+        return read_table(path)
+    except MapsError as exc:
+        raise CLIError(str(exc)) from exc
 
 
 _MISSING = {"", "na", "nan", "?", "null", "none"}
@@ -326,51 +297,12 @@ def _py(v: Any) -> Any:
 
 
 def result_to_dict(maps: CounterfactualMaps, res: CounterfactualResult, k: int = 1) -> dict[str, Any]:
-    """The JSON form of one answer: the same object as ``POST .../counterfactuals`` returns.
-
-    Fields: ``prediction``, ``target``, ``feasible``, ``reason`` (why not, when infeasible),
-    ``counterfactual`` (by feature name), ``changes`` (changed features only, each
-    ``{"from", "to"}``), ``distance`` (certified optimum), ``counterfactual_distance``,
-    ``region`` (per feature ``lower``, ``upper``, ``lower_closed``, ``upper_closed``; null for
-    an unbounded end), ``optimal``, ``stats``, and ``alternatives`` (the next-best
-    counterfactuals, from distinct regions) when ``k > 1``.
-    """
-    from app.schemas import FeatureCodec, json_float
+    """The JSON form of one answer: the same object as ``POST .../counterfactuals`` returns
+    (see :func:`app.schemas.result_json`), with the model's own class labels."""
+    from app.schemas import FeatureCodec, result_json
 
     codec = FeatureCodec(maps.feature_names, maps.schema.integral_mask().tolist())
-    q = np.asarray(res.query, dtype=np.float64)
-
-    def one(cf: Any) -> dict[str, Any]:
-        x = np.asarray(cf.x, dtype=np.float64)
-        return {
-            "counterfactual": codec.point(x),
-            "changes": codec.changes(q, x),
-            "distance": json_float(cf.distance),
-            "counterfactual_distance": json_float(cf.counterfactual_distance),
-            "region": codec.region(cf.region),
-        }
-
-    out: dict[str, Any] = {
-        "prediction": _py(res.prediction),
-        "target": _py(res.target),
-        "feasible": bool(res.feasible),
-        "reason": res.reason,
-    }
-    if res.best is not None:
-        out.update(one(res.best))
-    else:
-        out.update(
-            counterfactual=None,
-            changes=None,
-            distance=None,
-            counterfactual_distance=None,
-            region=None,
-        )
-    out["optimal"] = True  # the engine certifies its answer, "infeasible" included
-    out["stats"] = res.stats.to_dict()
-    if k > 1:
-        out["alternatives"] = [{"target": _py(cf.target), **one(cf)} for cf in res.counterfactuals[1:]]
-    return out
+    return result_json(res, codec, k)
 
 
 def _read_arg(text: str, flag: str = "--options") -> str:

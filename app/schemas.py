@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -28,6 +28,8 @@ from pydantic import (
     WithJsonSchema,
 )
 from pydantic import ValidationError as PydanticValidationError
+
+from maps_core import Counterfactual, CounterfactualResult
 
 from .errors import InvalidInputError, PayloadTooLargeError
 
@@ -447,3 +449,48 @@ class FeatureCodec:
 def _short(v: Any) -> str:
     text = json.dumps(v) if isinstance(v, str | bool | type(None)) else repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def result_json(
+    res: CounterfactualResult, codec: FeatureCodec, k: int = 1, display: Callable[[Any], Any] = py_scalar
+) -> dict[str, Any]:
+    """The JSON form of one answer, as ``POST .../counterfactuals`` and ``cfmaps query``
+    return it.
+
+    Fields: ``prediction``, ``target``, ``feasible``, ``reason`` (why not, when infeasible),
+    ``counterfactual`` (by feature name), ``changes`` (changed features only, each
+    ``{"from", "to"}``), ``distance`` (certified optimum), ``counterfactual_distance``,
+    ``region`` (per feature ``lower``, ``upper``, ``lower_closed``, ``upper_closed``; null for
+    an unbounded end), ``optimal``, ``stats``, and ``alternatives`` (the next-best
+    counterfactuals, from distinct regions) when ``k > 1``. Classes are shown as
+    ``display(label)`` (the service's display names; plain values by default).
+    """
+    q = np.asarray(res.query, dtype=np.float64)
+
+    def one(cf: Counterfactual) -> dict[str, Any]:
+        x = np.asarray(cf.x, dtype=np.float64)
+        return {
+            "counterfactual": codec.point(x),
+            "changes": codec.changes(q, x),
+            "distance": json_float(cf.distance),
+            "counterfactual_distance": json_float(cf.counterfactual_distance),
+            "region": codec.region(cf.region),
+        }
+
+    out: dict[str, Any] = {
+        "prediction": display(res.prediction),
+        "target": display(res.target),
+        "feasible": bool(res.feasible),
+        "reason": res.explain(display),
+    }
+    if res.best is not None:
+        out.update(one(res.best))
+    else:
+        out.update(counterfactual=None, changes=None, distance=None, counterfactual_distance=None,
+                   region=None)
+    out["optimal"] = True  # the engine certifies its answer, "infeasible" included
+    out["stats"] = res.stats.to_dict()
+    if k > 1:
+        out["alternatives"] = [{"target": display(cf.target), **one(cf)} for cf in res.counterfactuals[1:]]
+    return out
+

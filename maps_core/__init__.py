@@ -15,7 +15,7 @@ Examples
 """
 
 from .adapters import flatten_model
-from .data import Dataset, load_csv
+from .data import Dataset, load_csv, read_table
 from .ensemble import FlatEnsemble
 from .exceptions import (
     ArtifactError,
@@ -55,5 +55,6 @@ __all__ = [
     "build_maps",
     "flatten_model",
     "load_csv",
+    "read_table",
     "load_maps",
 ]

@@ -41,6 +41,52 @@ class Dataset:
     target: str
 
 
+def read_table(
+    path: str | os.PathLike[str],
+) -> tuple[list[str], list[str] | None, list[list[str]]]:
+    """Read a CSV with one header row, or the project's two-row header, as strings.
+
+    Blank lines and a UTF-8 byte-order mark are ignored; every data row must have as many
+    fields as the header.
+
+    Returns
+    -------
+    names : list of str
+    codes : list of str or None
+        The type codes of row 2 (``B``, ``D``, ``F``, ``E``, ``T``) when the file has them.
+    rows : list of list of str
+        The data rows.
+
+    Raises
+    ------
+    SchemaError
+        Missing or unreadable file, no data rows, or a row of the wrong length.
+    """
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+    except FileNotFoundError as exc:
+        raise SchemaError(f"data file not found: {path}") from exc
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise SchemaError(f"cannot read {path}: {exc}") from exc
+    if len(rows) < 2:
+        raise SchemaError(f"{path}: expected a header row and at least one data row")
+    names = [c.strip() for c in rows[0]]
+    codes: list[str] | None = None
+    second = [c.strip().upper() for c in rows[1]]
+    if len(second) == len(names) and all(c in (*TYPE_CODES, "T") for c in second):
+        codes = second
+        rows = rows[1:]
+    data = rows[1:]
+    if not data:
+        raise SchemaError(f"{path}: no data rows")
+    for i, r in enumerate(data):
+        if len(r) != len(names):
+            line = i + (3 if codes else 2)
+            raise SchemaError(f"{path}, line {line}: {len(r)} fields, the header has {len(names)}")
+    return names, codes, data
+
+
 def _num(v: str) -> float:
     return float(v) if v.strip() != "" else float("nan")
 
@@ -54,15 +100,8 @@ def load_csv(path: str | os.PathLike[str], target: str | None = None) -> Dataset
     target : str, optional
         Label column; defaults to the ``T``-coded column or ``Class``.
     """
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
-    if len(rows) < 2:
-        raise SchemaError(f"{path}: no data")
-    names = [n.strip() for n in rows[0]]
-    second = [c.strip() for c in rows[1]]
-    coded = all(c in ("B", "D", "F", "E", "T") for c in second)
-    codes = second if coded else [""] * len(names)
-    body = rows[2:] if coded else rows[1:]
+    names, coded, body = read_table(path)
+    codes = coded or [""] * len(names)
     if target is None:
         target = names[codes.index("T")] if "T" in codes else "Class"
     if target not in names:

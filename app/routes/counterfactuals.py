@@ -8,21 +8,17 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path
 from starlette.concurrency import run_in_threadpool
 
-from maps_core import Counterfactual, CounterfactualResult
-
 from ..errors import InvalidInputError
-from ..registry import ModelEntry
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
     CounterfactualBatchOut,
     CounterfactualOut,
     CounterfactualRequest,
     ErrorResponse,
-    FeatureCodec,
     PredictBatchOut,
     PredictionOut,
     PredictRequest,
-    json_float,
+    result_json,
 )
 from ..security import require_query
 from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep
@@ -98,7 +94,7 @@ async def counterfactuals(
         group_costs=body.group_costs,
     )
     metrics.counterfactuals.inc(len(results))
-    out = [_result(entry, codec, X[i], r, body.k) for i, r in enumerate(results)]
+    out = [result_json(r, codec, body.k, entry.display) for r in results]
     return JSONResponse(out[0] if single else {"results": out})
 
 
@@ -128,47 +124,3 @@ async def predict(
 
 def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return model.predict(X), model.predict_proba(X)
-
-
-def _counterfactual(
-    entry: ModelEntry, codec: FeatureCodec, q: np.ndarray, cf: Counterfactual
-) -> dict[str, Any]:
-    x = np.asarray(cf.x, dtype=np.float64)
-    return {
-        "counterfactual": codec.point(x),
-        "changes": codec.changes(q, x),
-        "distance": json_float(cf.distance),
-        "counterfactual_distance": json_float(cf.counterfactual_distance),
-        "region": codec.region(cf.region),
-    }
-
-
-def _result(
-    entry: ModelEntry, codec: FeatureCodec, q: np.ndarray, res: CounterfactualResult, k: int
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "prediction": entry.display(res.prediction),
-        "target": entry.display(res.target),
-        "feasible": bool(res.feasible),
-        "reason": res.explain(entry.display),
-    }
-    best = res.best
-    if best is not None:
-        out.update(_counterfactual(entry, codec, q, best))
-    else:
-        out.update(
-            counterfactual=None,
-            changes=None,
-            distance=None,
-            counterfactual_distance=None,
-            region=None,
-        )
-    # The engine certifies its answer (including "infeasible"): exact by construction.
-    out["optimal"] = True
-    out["stats"] = res.stats.to_dict()
-    if k > 1:
-        out["alternatives"] = [
-            {"target": entry.display(c.target), **_counterfactual(entry, codec, q, c)}
-            for c in res.counterfactuals[1:]
-        ]
-    return out
