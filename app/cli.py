@@ -36,9 +36,6 @@ import numpy as np
 from maps_core import CounterfactualMaps, Feature, FeatureSchema, MapsError, read_table
 from maps_core.results import CounterfactualResult
 
-#: Type codes of the two-row CSV header (row 1 names, row 2 codes): binary, discrete
-#: (integer), float, categorical ("E"numerated, strings or codes) and target.
-
 
 class CLIError(Exception):
     """A failure to report to the user as ``cfmaps: error: <message>`` (exit status 1)."""

@@ -493,4 +493,3 @@ def result_json(
     if k > 1:
         out["alternatives"] = [{"target": display(cf.target), **one(cf)} for cf in res.counterfactuals[1:]]
     return out
-

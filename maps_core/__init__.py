@@ -55,6 +55,6 @@ __all__ = [
     "build_maps",
     "flatten_model",
     "load_csv",
-    "read_table",
     "load_maps",
+    "read_table",
 ]

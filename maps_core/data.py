@@ -99,6 +99,11 @@ def load_csv(path: str | os.PathLike[str], target: str | None = None) -> Dataset
     path : path-like
     target : str, optional
         Label column; defaults to the ``T``-coded column or ``Class``.
+
+    Raises
+    ------
+    SchemaError
+        Unreadable or malformed file (see :func:`read_table`), or no label column.
     """
     names, coded, body = read_table(path)
     codes = coded or [""] * len(names)
