@@ -6,8 +6,9 @@ the box nearest to ``x`` is popped first, and is
 * dropped when the interval bound proves no target class can win anywhere in it;
 * a candidate when the bound certifies it entirely of one target class (its distance is
   exact: the same :func:`~maps_core.query._rect_dist` as for stored rectangles);
-* otherwise split at the root-most undecided node of its most uncertain tree, like the
-  build does, and its children pushed with their distances.
+* otherwise split at the cut of some tree's root-most undecided node, the one whose far
+  side lies farthest from ``x`` weighted by the vote spread of the trees undecided at that
+  same cut, and its children pushed with their distances.
 
 Only boxes nearer than the current k-th best are ever touched, so a query pays for the
 part of a mixed region between it and its answer, not for the whole region. Single cells
@@ -148,7 +149,7 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                 # the summed spread of every tree whose root-most undecided node is that
                 # same cut (random forests repeat cuts; PD 100x5, 2M rectangles: l2 p50
                 # 116 -> 35 ms with one tree's spread; summing over trees that share the
-                # cut: 1.41M -> 1.02M boxes popped over 120 queries).
+                # cut, 2k-rectangle maps: 1.41M -> 1.02M boxes popped over 120 queries).
                 for i in range(n_act):
                     node = top_n[act[i]]
                     if nf[node] >= 0:
