@@ -237,7 +237,8 @@ def default_timeout(name: str, n_queries: int, time_limit: float) -> float:
     return 180.0 + n_queries * per
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """Stop a child started in its own session, and everything it spawned."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -288,10 +289,10 @@ def run_job(
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc)
+                kill_group(proc)
                 rc = proc.returncode
             except BaseException:
-                _kill_group(proc)
+                kill_group(proc)
                 raise
         wall = time.perf_counter() - t0
         stderr = err_p.read_text(errors="replace")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from peers.peers import kill_group
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
 
@@ -20,19 +20,6 @@ def hard_timeout(spec: dict) -> float:
     return (120.0 + 3.0 * spec["max_seconds"] + 2.0 * norms * spec["query_budget"]
             + 5.0 * spec.get("n_peer", 0)
             + 2.0 * norms * spec.get("scan_budget", 0.0) * bool(spec.get("n_scan")))
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=5)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def run_worker(spec: dict, log=None) -> dict:
@@ -51,10 +38,10 @@ def run_worker(spec: dict, log=None) -> dict:
                 rc = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill(proc)
+                kill_group(proc)
                 rc = proc.returncode
             except BaseException:
-                _kill(proc)
+                kill_group(proc)
                 raise
         wall = time.perf_counter() - t0
         res = json.loads(out.read_text()) if out.exists() else {"spec": spec, "stage": "not started"}
