@@ -3,7 +3,9 @@
 A best-first branch-and-bound over sub-boxes of the mixed regions, guided by the query:
 the box nearest to ``x`` is popped first, and is
 
-* dropped when the interval bound proves no target class can win anywhere in it;
+* dropped when the interval bound, or failing that the sweep bound (trees that cut the box
+  on a single common feature summed exactly along it), proves no target class can win
+  anywhere in it;
 * a candidate when the bound certifies it entirely of one target class (its distance is
   exact: the same :func:`~maps_core.query._rect_dist` as for stored rectangles);
 * otherwise split at the cut of some tree's root-most undecided node, the one whose far
@@ -21,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from .distance import _pop, _push, _rect_dist
-from .partition import _bounds_on, _grow, _label_active
+from .partition import _bounds_on, _grow, _label_active, _sweep_bounds
 
 
 @njit(cache=True, nogil=True)
@@ -91,7 +93,12 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     stack = np.empty(max_depth_nodes, dtype=np.int32)
     mn = np.empty(c)
     mx = np.empty(c)
-    shared = np.zeros(coff[-1] + 1)  # summed spread per cut (cell boundary index)
+    shared = np.zeros(coff[-1] + 1)
+    sw = (np.zeros((coff[-1] + m, c)), np.empty(max_depth_nodes, dtype=np.int32),
+          np.empty(max_depth_nodes, dtype=np.int32), np.empty(max_depth_nodes, dtype=np.int32),
+          np.zeros(m, dtype=np.int32))
+    tfeat = np.empty(T, dtype=np.int32)
+    tmin = np.empty((T, c))  # summed spread per cut (cell boundary index)
     pops = 0
     complete = True
     while n > 0:
@@ -129,7 +136,11 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                 label = a
         else:
             worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
-                               trange, top_n, stack, mn, mx)
+                               trange, top_n, stack, mn, mx, tfeat, tmin)
+            if worst <= tol:
+                # The interval bound failed; the one-feature sweep often still decides.
+                worst = _sweep_bounds(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start,
+                                      tfeat, tmin, coff, lb, sw)
             if worst > tol:
                 label = a
             else:
