@@ -23,7 +23,16 @@ import numpy as np
 from numba import njit
 
 from .distance import _pop, _push, _rect_dist
-from .partition import _bounds_on, _grow, _label_active, _sweep_bounds
+from .partition import (
+    SWEEP_REACH,
+    _bounds_on,
+    _bounds_workspace,
+    _grow,
+    _label_active,
+    _spread_sum,
+    _sweep_bounds,
+    _sweep_workspace,
+)
 
 
 @njit(cache=True, nogil=True)
@@ -93,12 +102,9 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     stack = np.empty(max_depth_nodes, dtype=np.int32)
     mn = np.empty(c)
     mx = np.empty(c)
-    shared = np.zeros(coff[-1] + 1)
-    sw = (np.zeros((coff[-1] + m, c)), np.empty(max_depth_nodes, dtype=np.int32),
-          np.empty(max_depth_nodes, dtype=np.int32), np.empty(max_depth_nodes, dtype=np.int32),
-          np.zeros(m, dtype=np.int32))
-    tfeat = np.empty(T, dtype=np.int32)
-    tmin = np.empty((T, c))  # summed spread per cut (cell boundary index)
+    shared = np.zeros(coff[-1] + 1)  # summed spread per cut (cell boundary index)
+    sw = _sweep_workspace(coff, m, c, max_depth_nodes)
+    tfeat, tmin, rec = _bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
     pops = 0
     complete = True
     while n > 0:
@@ -136,11 +142,11 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                 label = a
         else:
             worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
-                               trange, top_n, stack, mn, mx, tfeat, tmin)
-            if worst <= tol:
-                # The interval bound failed; the one-feature sweep often still decides.
-                worst = _sweep_bounds(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start,
-                                      tfeat, tmin, coff, lb, sw)
+                               trange, top_n, stack, mn, mx, tfeat, tmin, rec)
+            if worst <= tol and worst > -SWEEP_REACH * _spread_sum(act, n_act, trange):
+                # The interval bound failed, but not by far: the sweep bound often decides.
+                worst = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec,
+                                      coff, lb, sw)
             if worst > tol:
                 label = a
             else:

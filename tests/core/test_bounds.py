@@ -14,7 +14,13 @@ import pytest
 
 from maps_core import FeatureSchema, flatten_model
 from maps_core.grid import Grid
-from maps_core.partition import Kernel, _bounds_on, _sweep_bounds
+from maps_core.partition import (
+    Kernel,
+    _bounds_on,
+    _bounds_workspace,
+    _sweep_bounds,
+    _sweep_workspace,
+)
 from tests.conftest import fit
 
 
@@ -22,10 +28,8 @@ def _workspaces(kern: Kernel, m: int):
     T, c = kern.roots.shape[0], kern.base.shape[0]
     d = kern.max_depth_nodes
     ws = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32), np.empty(d, dtype=np.int32),
-          np.empty(c), np.empty(c), np.empty(T, dtype=np.int32), np.empty((T, c)))
-    sw = (np.zeros((int(kern.coff[-1]) + m, c)), np.empty(d, dtype=np.int32),
-          np.empty(d, dtype=np.int32), np.empty(d, dtype=np.int32), np.zeros(m, dtype=np.int32))
-    return ws, sw
+          np.empty(c), np.empty(c), *_bounds_workspace(kern.nv.shape[0], T, c, d))
+    return ws, _sweep_workspace(kern.coff, m, c, d)
 
 
 @pytest.mark.parametrize("kind,n_classes", [("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3), ("et", 2)])
@@ -36,7 +40,7 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
     kern = Kernel.make(ens, grid)
     m, T = 4, kern.roots.shape[0]
     ws, sw = _workspaces(kern, m)
-    lb, trange, top_n, stack, mn, mx, tfeat, tmin = ws
+    lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec = ws
     lb2 = np.empty_like(lb)
     act = np.arange(T, dtype=np.int32)
     start = kern.roots.copy()
@@ -52,9 +56,9 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
         a = int(rng.integers(0, ens.n_classes))
         exact = (scores[:, [a]] - scores).min(axis=0)  # per class b: min of score_a - score_b
         w1 = _bounds_on(lo, hi, a, act, T, kern.base, kern.nf, kern.ncut, kern.nl, kern.nr,
-                        kern.nv, start, lb, trange, top_n, stack, mn, mx, tfeat, tmin)
-        w2 = _sweep_bounds(lo, hi, a, act, T, kern.base, kern.nf, kern.ncut, kern.nl, kern.nr,
-                           kern.nv, start, tfeat, tmin, kern.coff, lb2, sw)
+                        kern.nv, start, lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec)
+        w2 = _sweep_bounds(lo, hi, a, act, T, kern.base, kern.nv, kern.nf, tfeat, tmin, top_n,
+                           rec, kern.coff, lb2, sw)
         others = [b for b in range(ens.n_classes) if b != a]
         for b in others:
             assert lb[b] <= exact[b] + 1e-12
@@ -64,5 +68,5 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
         assert w2 == pytest.approx(min(lb2[b] for b in others))
         tighter += w2 > w1 + 1e-12
         # the workspace is handed back clean for the next call
-        assert not sw[0].any() and not sw[4].any()
+        assert not sw[0].any() and not sw[1].any()
     assert tighter > 0  # the sweep does decide something the interval bound cannot
