@@ -242,7 +242,10 @@ def _load_arrays(path: Path, entries: dict[str, Any], mmap: bool, verify: bool) 
             raise CorruptArtifactError(f"{path}: unreadable {e['file']} ({exc})") from exc
         if str(arr.dtype) != e["dtype"] or list(arr.shape) != list(e["shape"]):
             raise CorruptArtifactError(f"{path}: {e['file']} has the wrong dtype or shape")
-        out[key] = arr
+        # A plain ndarray view of the memory map: the kernels read it the same way, and
+        # indexing it skips np.memmap's per-access bookkeeping (dozens of accesses per
+        # query). Its ``base`` is the memmap, which keeps the file mapped.
+        out[key] = arr.view(np.ndarray) if isinstance(arr, np.memmap) else arr
     return out
 
 

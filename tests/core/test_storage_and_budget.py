@@ -33,7 +33,7 @@ def test_round_trip_gives_identical_answers(built, tmp_path):
     assert loaded.fingerprint == maps.fingerprint
     assert loaded.classes == maps.classes and loaded.feature_names == maps.feature_names
     assert loaded.stats.bytes_on_disk > 0
-    assert isinstance(loaded.partition.lo, np.memmap)
+    assert isinstance(loaded.partition.lo.base, np.memmap)  # a view of the mapped file
     for norm in ("l1", "l2", "linf"):
         assert answers(loaded, X[:40], norm) == answers(maps, X[:40], norm)
     assert np.array_equal(loaded.predict(X), model.predict(X))
