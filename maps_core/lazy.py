@@ -186,6 +186,17 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                             gap = w[fz] * (clow[coff[fz] + cz + 1] - x[fz])
                         else:
                             gap = w[fz] * (x[fz] - up)
+                        if norm <= 1:
+                            # l1, l2: what the far child's key gains over the box's (its
+                            # term on fz becomes the gap instead of the box's own term).
+                            # PD 100x5, 130 queries: boxes popped -31/-41% (l2) and
+                            # -40% (l1) against the bare gap; for linf it does worse.
+                            tb = 0.0
+                            if x[fz] < clow[coff[fz] + lo[fz]]:
+                                tb = w[fz] * (clow[coff[fz] + lo[fz]] - x[fz])
+                            elif x[fz] > cupp[coff[fz] + hi[fz]]:
+                                tb = w[fz] * (x[fz] - cupp[coff[fz] + hi[fz]])
+                            gap = max(gap * gap - tb * tb if norm == 1 else gap - tb, 0.0)
                         gap = gap * shared[coff[fz] + cz]
                         if gap > bg + 1e-15 or (abs(gap - bg) <= 1e-15 and trange[t] > br):
                             bg = gap
