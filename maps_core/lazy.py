@@ -105,6 +105,8 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     shared = np.zeros(coff[-1] + 1)  # summed spread per cut (cell boundary index)
     sw = _sweep_workspace(coff, m, c, max_depth_nodes)
     tfeat, tmin, rec = _bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
+    lo = np.empty(m, dtype=np.int32)
+    hi = np.empty(m, dtype=np.int32)
     pops = 0
     complete = True
     while n > 0:
@@ -115,8 +117,9 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
             complete = False
             break
         pops += 1
-        lo = blo[s].copy()
-        hi = bhi[s].copy()
+        for f in range(m):  # into preallocated arrays: no allocation per box
+            lo[f] = blo[s, f]
+            hi[f] = bhi[s, f]
         n_act = 0
         for t in range(T):
             start[t] = bstart[s, t]
