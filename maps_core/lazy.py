@@ -36,6 +36,20 @@ from .partition import (
 
 
 @njit(cache=True, nogil=True)
+def _slot(blo, bhi, bstart, bcs, free, n_free, n_used):
+    """A free slot for a pending box: a recycled one, else a new one (arrays grown)."""
+    if n_free > 0:
+        return free[n_free - 1], blo, bhi, bstart, bcs, free, n_free - 1, n_used
+    if n_used >= blo.shape[0]:
+        blo = _grow(blo, n_used + 1)
+        bhi = _grow(bhi, n_used + 1)
+        bstart = _grow(bstart, n_used + 1)
+        bcs = _grow(bcs, n_used + 1)
+        free = _grow(free, n_used + 1)
+    return n_used, blo, bhi, bstart, bcs, free, n_free, n_used + 1
+
+
+@njit(cache=True, nogil=True)
 def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat,
                  init_lo, init_hi, init_d, best_in, coff, clow, cupp, clcl,
                  nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops):
@@ -107,6 +121,10 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     tfeat, tmin, rec = _bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
     lo = np.empty(m, dtype=np.int32)
     hi = np.empty(m, dtype=np.int32)
+    nlo = np.empty(m, dtype=np.int32)
+    nhi = np.empty(m, dtype=np.int32)
+    pl = np.empty((1, m), dtype=np.int32)
+    ph = np.empty((1, m), dtype=np.int32)
     pops = 0
     complete = True
     while n > 0:
@@ -146,10 +164,13 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
         else:
             worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
                                trange, top_n, stack, mn, mx, tfeat, tmin, rec)
+            narrowed = False
             if worst <= tol and worst > -SWEEP_REACH * _spread_sum(act, n_act, trange):
                 # The interval bound failed, but not by far: the sweep bound often decides.
-                worst = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec,
-                                      coff, lb, sw)
+                # With a of no target class it also narrows the box to where a target may be.
+                worst, narrowed = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin,
+                                                top_n, rec, coff, lb, sw, not tmask[a], tmask,
+                                                tol, nlo, nhi)
             if worst > tol:
                 label = a
             else:
@@ -162,6 +183,23 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                             break
                     if hopeless:
                         continue
+                if narrowed:
+                    # The rest of the box holds no target point: requeue the narrowed box
+                    # at its own (larger or equal) distance, with the same tree states.
+                    pl[0] = nlo
+                    ph[0] = nhi
+                    dd = _rect_dist(0, x, w, norm, cmin, cmax, integral, pl, ph, coff, clow,
+                                    cupp, clcl, best[k - 1], gcol, gstart, gcols, gcost, xcat,
+                                    a0, a1)
+                    if dd < best[k - 1]:
+                        s2, blo, bhi, bstart, bcs, free, n_free, n_used = _slot(
+                            blo, bhi, bstart, bcs, free, n_free, n_used)
+                        blo[s2] = nlo
+                        bhi[s2] = nhi
+                        bstart[s2] = start
+                        bcs[s2] = cs
+                        keys, vals, n = _push(keys, vals, n, dd, s2)
+                    continue
                 # Trees now constant fold into cs, the others move down to their
                 # root-most undecided node; split at one of these nodes' cuts. Cut where
                 # the far side lies farthest from x (it is then often beyond the k-th best
@@ -218,18 +256,8 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                     f = nf[start[bt]]
                     cut = ncut[start[bt]]
                     for side in range(2):
-                        if n_free > 0:
-                            n_free -= 1
-                            s2 = free[n_free]
-                        else:
-                            if n_used >= blo.shape[0]:
-                                blo = _grow(blo, n_used + 1)
-                                bhi = _grow(bhi, n_used + 1)
-                                bstart = _grow(bstart, n_used + 1)
-                                bcs = _grow(bcs, n_used + 1)
-                                free = _grow(free, n_used + 1)
-                            s2 = n_used
-                            n_used += 1
+                        s2, blo, bhi, bstart, bcs, free, n_free, n_used = _slot(
+                            blo, bhi, bstart, bcs, free, n_free, n_used)
                         blo[s2] = lo
                         bhi[s2] = hi
                         if side == 0:

@@ -245,11 +245,12 @@ def _sweep_workspace(coff, m, c, max_depth_nodes):
     """Workspace ``sw`` of :func:`_sweep_bounds`."""
     d = max_depth_nodes
     return (np.zeros((coff[-1] + m, c)), np.zeros(m, dtype=np.int32),
-            np.empty(d, dtype=np.int32), np.empty((d, c)))
+            np.empty(d, dtype=np.int32), np.empty((d, c)), np.empty((m, c)), np.empty(c))
 
 
 @njit(cache=True, nogil=True)
-def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec, coff, lb, sw):
+def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec, coff, lb, sw,
+                  shrink, tmask, tol, nlo, nhi):
     """Lower bounds of the margin of class ``a`` over the region ``lo..hi``, tighter than
     :func:`_bounds_on`, from the per-tree results it recorded (``tfeat``, ``tmin``,
     ``top_n``, ``rec``).
@@ -272,10 +273,19 @@ def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec, co
     ``coff`` are the grid's per-feature cell offsets (shape (m + 1,)). ``sw`` is a workspace
     from :func:`_sweep_workspace`: ``diff`` (shape (n_cells + m, c); each feature owns one
     spare slot past its last cell) and ``touched`` (shape (m,)), both zero on entry and
-    left zero, ``seg`` and ``segmin`` (segments of one tree). Fills ``lb[b]`` (shape (c,),
-    lower bound of score_a - score_b) and returns the minimum over b != a.
+    left zero, ``seg`` and ``segmin`` (segments of one tree), ``flow`` and ``run``. Fills
+    ``lb[b]`` (shape (c,), lower bound of score_a - score_b).
+
+    With ``shrink`` (and ``a`` not a target class of ``tmask``), the same sums also bound
+    the margin per cell along each feature: a cell j of feature f where, for every target
+    class b, ``lb[b] - (f's minimum) + (f's sum at j) > tol`` holds no target point (class
+    a beats b there by more than the tolerance). ``nlo``, ``nhi`` (shape (m,)) receive the
+    region narrowed, per feature, to the hull of the other cells: it holds every target
+    point of the region.
+
+    Returns (min over b != a of lb[b], whether the region was narrowed).
     """
-    diff, touched, seg, segmin = sw
+    diff, touched, seg, segmin, flow, run_b = sw
     _, _, lnode, llo, lhi, tleaf, tnleaf = rec
     c = cs.shape[0]
     m = lo.shape[0]
@@ -344,7 +354,6 @@ def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec, co
     for f in range(m):
         if touched[f] == 0:
             continue
-        touched[f] = 0
         j0 = coff[f] + f
         for b in range(c):
             if b == a:  # its differences are all zero
@@ -353,16 +362,49 @@ def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec, co
             low = np.inf
             for j in range(j0 + lo[f], j0 + hi[f] + 1):
                 run += diff[j, b]
-                diff[j, b] = 0.0
                 if run < low:
                     low = run
-            diff[j0 + hi[f] + 1, b] = 0.0
+            flow[f, b] = low
             lb[b] += low
     worst = np.inf
     for b in range(c):
         if b != a and lb[b] < worst:
             worst = lb[b]
-    return worst
+    narrowed = False
+    for f in range(m):
+        nlo[f] = lo[f]
+        nhi[f] = hi[f]
+        if touched[f] == 0:
+            continue
+        touched[f] = 0
+        j0 = coff[f] + f
+        if shrink and worst <= tol:
+            first = -1
+            last = -1
+            for b in range(c):
+                run_b[b] = 0.0
+            for j in range(lo[f], hi[f] + 1):
+                out = True
+                for b in range(c):
+                    run_b[b] += diff[j0 + j, b]
+                    diff[j0 + j, b] = 0.0
+                    if tmask[b] and b != a and lb[b] - flow[f, b] + run_b[b] <= tol:
+                        out = False
+                if not out:
+                    if first < 0:
+                        first = j
+                    last = j
+            if first > lo[f] or (first >= 0 and last < hi[f]):
+                nlo[f] = first
+                nhi[f] = last
+                narrowed = True
+        else:
+            for j in range(j0 + lo[f], j0 + hi[f] + 1):
+                for b in range(c):
+                    diff[j, b] = 0.0
+        for b in range(c):
+            diff[j0 + hi[f] + 1, b] = 0.0
+    return worst, narrowed
 
 
 @njit(cache=True, nogil=True)
@@ -491,6 +533,9 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
           *_bounds_workspace(nv.shape[0], T, c, max_depth_nodes))
     tfeat, tmin, rec = _bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
     sw = _sweep_workspace(coff, m, c, max_depth_nodes)
+    tm_none = np.zeros(c, dtype=np.bool_)  # the build does not narrow regions
+    nlo = np.empty(m, dtype=np.int32)
+    nhi = np.empty(m, dtype=np.int32)
     act = np.empty(T, dtype=np.int32)
     start = np.empty(T, dtype=np.int32)
     cs = np.empty(c)
@@ -528,8 +573,8 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
                                trange, top_n, stack, mn, mx, tfeat, tmin, rec)
             if worst <= tol and worst > -SWEEP_REACH * _spread_sum(act, n_act, trange):
-                worst = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec,
-                                      coff, lb, sw)
+                worst, _ = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n,
+                                         rec, coff, lb, sw, False, tm_none, tol, nlo, nhi)
             if worst > tol:
                 label = a
                 counters[C_BOUND] += 1

@@ -42,6 +42,8 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
     ws, sw = _workspaces(kern, m)
     lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec = ws
     lb2 = np.empty_like(lb)
+    no_targets = np.zeros(ens.n_classes, dtype=bool)
+    nlo, nhi = np.empty(m, dtype=np.int32), np.empty(m, dtype=np.int32)
     act = np.arange(T, dtype=np.int32)
     start = kern.roots.copy()
     rng = np.random.default_rng(0)
@@ -57,8 +59,9 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
         exact = (scores[:, [a]] - scores).min(axis=0)  # per class b: min of score_a - score_b
         w1 = _bounds_on(lo, hi, a, act, T, kern.base, kern.nf, kern.ncut, kern.nl, kern.nr,
                         kern.nv, start, lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec)
-        w2 = _sweep_bounds(lo, hi, a, act, T, kern.base, kern.nv, kern.nf, tfeat, tmin, top_n,
-                           rec, kern.coff, lb2, sw)
+        w2, _ = _sweep_bounds(lo, hi, a, act, T, kern.base, kern.nv, kern.nf, tfeat, tmin,
+                              top_n, rec, kern.coff, lb2, sw, False, no_targets, kern.tol,
+                              nlo, nhi)
         others = [b for b in range(ens.n_classes) if b != a]
         for b in others:
             assert lb[b] <= exact[b] + 1e-12
