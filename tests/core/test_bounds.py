@@ -73,3 +73,48 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
         # the workspace is handed back clean for the next call
         assert not sw[0].any() and not sw[1].any()
     assert tighter > 0  # the sweep does decide something the interval bound cannot
+
+
+@pytest.mark.parametrize("kind,n_classes", [("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)])
+def test_narrowing_keeps_every_target_cell(kind, n_classes):
+    """The box the sweep narrows to holds every cell of the region whose class (the
+    model's own, through the flat ensemble) is a target; only cells it proves are not
+    are cut."""
+    model, X, _ = fit(kind, n_classes=n_classes, n_features=4, seed=5)
+    ens = flatten_model(model)
+    grid = Grid.from_ensemble(ens, FeatureSchema.default(4))
+    kern = Kernel.make(ens, grid)
+    m, T = 4, kern.roots.shape[0]
+    ws, sw = _workspaces(kern, m)
+    lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec = ws
+    nlo, nhi = np.empty(m, dtype=np.int32), np.empty(m, dtype=np.int32)
+    act = np.arange(T, dtype=np.int32)
+    start = kern.roots.copy()
+    rng = np.random.default_rng(1)
+    n = grid.n_cells
+    narrowed_boxes = 0
+    for _ in range(400):
+        lo = np.array([rng.integers(0, n[f]) for f in range(m)], dtype=np.int32)
+        hi = np.minimum(lo + rng.integers(1, 8, size=m), n - 1).astype(np.int32)
+        cells = np.array(list(itertools.product(*[range(lo[f], hi[f] + 1) for f in range(m)])))
+        labels = ens.predict_index(grid.cell_points(cells))
+        a = int(rng.integers(0, ens.n_classes))
+        tmask = np.ones(ens.n_classes, dtype=bool)
+        tmask[a] = False
+        if n_classes > 2 and rng.random() < 0.5:
+            tmask[int(rng.choice(np.flatnonzero(tmask)))] = False  # a single target class
+        _bounds_on(lo, hi, a, act, T, kern.base, kern.nf, kern.ncut, kern.nl, kern.nr, kern.nv,
+                   start, lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec)
+        worst, narrowed = _sweep_bounds(lo, hi, a, act, T, kern.base, kern.nv, kern.nf, tfeat,
+                                        tmin, top_n, rec, kern.coff, lb, sw, True, tmask,
+                                        kern.tol, nlo, nhi)
+        assert not sw[0].any() and not sw[1].any()
+        if worst > kern.tol:
+            assert not tmask[labels].any()  # certified class a everywhere
+            continue
+        assert np.all(lo <= nlo) and np.all(nhi <= hi)
+        assert narrowed == bool(np.any(nlo > lo) or np.any(nhi < hi))
+        target = cells[tmask[labels]]
+        assert np.all((nlo <= target) & (target <= nhi))
+        narrowed_boxes += narrowed
+    assert narrowed_boxes > 0  # the check above is not vacuous
