@@ -1,16 +1,21 @@
 """Query-time search inside mixed regions (left unresolved by a budgeted build).
 
 A best-first branch-and-bound over sub-boxes of the mixed regions, guided by the query:
-the box nearest to ``x`` is popped first, and is
+the box nearest to ``x`` is popped first, its centre cell labelled exactly (class ``a``),
+and the box is
 
-* dropped when the interval bound, or failing that the sweep bound (trees that cut the box
-  on a single common feature summed exactly along it), proves no target class can win
-  anywhere in it;
+* dropped when the interval bound, or failing that the sweep bound (each live tree
+  projected on one feature, projections on a feature summed before the minimum; see
+  :func:`~maps_core.partition._sweep_bounds`), proves ``a`` wins everywhere in it and
+  ``a`` is no target class;
 * a candidate when the bound certifies it entirely of one target class (its distance is
   exact: the same :func:`~maps_core.query._rect_dist` as for stored rectangles);
+* narrowed and requeued at its new distance when ``a`` is no target class and the sweep's
+  per-feature sums prove some end cells hold no target point;
 * otherwise split at the cut of some tree's root-most undecided node, the one whose far
-  side lies farthest from ``x`` weighted by the vote spread of the trees undecided at that
-  same cut, and its children pushed with their distances.
+  side gains the most distance over the box (l1, l2; for linf and l0 the far side's own
+  distance) weighted by the vote spread of the trees undecided at that same cut, and its
+  children pushed with their distances.
 
 Only boxes nearer than the current k-th best are ever touched, so a query pays for the
 part of a mixed region between it and its answer, not for the whole region. Single cells
@@ -203,9 +208,10 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                 # Trees now constant fold into cs, the others move down to their
                 # root-most undecided node; split at one of these nodes' cuts. Cut where
                 # the far side lies farthest from x (it is then often beyond the k-th best
-                # and dropped) and where the votes it decides are uncertain: score = gap x
-                # the summed spread of every tree whose root-most undecided node is that
-                # same cut (random forests repeat cuts; PD 100x5, 2M rectangles: l2 p50
+                # and dropped) and where the votes it decides are uncertain: score = the
+                # far side's distance gain (below) x the summed spread of every tree
+                # whose root-most undecided node is that same cut (random forests repeat
+                # cuts; PD 100x5, 2M rectangles: l2 p50
                 # 116 -> 35 ms with one tree's spread; summing over trees that share the
                 # cut, 2k-rectangle maps: 1.41M -> 1.02M boxes popped over 120 queries).
                 for i in range(n_act):
