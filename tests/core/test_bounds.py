@@ -1,7 +1,8 @@
-"""Purity certificates: the interval bound and the one-feature sweep bound are sound lower
-bounds of the margin over a region, and the sweep is never looser than the interval bound.
+"""Purity certificates: the interval bound and the sweep bound are sound lower bounds of
+the margin over a region, the sweep is never looser than the interval bound, and the box
+the sweep narrows a region to keeps every target cell.
 
-The exact minimum comes from enumerating every cell of small regions and scoring a point of
+The exact values come from enumerating every cell of small regions and scoring a point of
 each with the flat ensemble's own prediction path (not with the bound kernels).
 """
 
@@ -23,55 +24,74 @@ from maps_core.partition import (
 )
 from tests.conftest import fit
 
+M = 4  # features of the synthetic models
 
-def _workspaces(kern: Kernel, m: int):
-    T, c = kern.roots.shape[0], kern.base.shape[0]
-    d = kern.max_depth_nodes
-    ws = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32), np.empty(d, dtype=np.int32),
-          np.empty(c), np.empty(c), *_bounds_workspace(kern.nv.shape[0], T, c, d))
-    return ws, _sweep_workspace(kern.coff, m, c, d)
+
+class Bounds:
+    """A fitted model's kernel arrays, workspaces and the two bound kernels on whole trees
+    (every tree live, from its root; the base scores as the constant part)."""
+
+    def __init__(self, kind: str, n_classes: int, seed: int):
+        model, _, _ = fit(kind, n_classes=n_classes, n_features=M, seed=seed)
+        self.ens = flatten_model(model)
+        self.grid = Grid.from_ensemble(self.ens, FeatureSchema.default(M))
+        self.kern = k = Kernel.make(self.ens, self.grid)
+        T, c, d = k.roots.shape[0], k.base.shape[0], k.max_depth_nodes
+        self.ws = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32),
+                   np.empty(d, dtype=np.int32), np.empty(c), np.empty(c),
+                   *_bounds_workspace(k.nv.shape[0], T, c, d))
+        self.sw = _sweep_workspace(k.coff, M, c, d)
+        self.act = np.arange(T, dtype=np.int32)
+        self.nlo, self.nhi = np.empty(M, dtype=np.int32), np.empty(M, dtype=np.int32)
+
+    def random_box(self, rng, max_width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(lo, hi, every cell of lo..hi, shape (n, M))."""
+        n = self.grid.n_cells
+        lo = np.array([rng.integers(0, n[f]) for f in range(M)], dtype=np.int32)
+        hi = np.minimum(lo + rng.integers(0, max_width + 1, size=M), n - 1).astype(np.int32)
+        cells = np.array(list(itertools.product(*[range(lo[f], hi[f] + 1) for f in range(M)])))
+        return lo, hi, cells
+
+    def interval(self, lo, hi, a) -> tuple[float, np.ndarray]:
+        k = self.kern
+        w = _bounds_on(lo, hi, a, self.act, len(self.act), k.base, k.nf, k.ncut, k.nl, k.nr,
+                       k.nv, k.roots, *self.ws)
+        return w, self.ws[0].copy()
+
+    def sweep(self, lo, hi, a, tmask=None) -> tuple[float, np.ndarray, bool]:
+        """Right after :meth:`interval` on the same box (it reads its per-tree records)."""
+        k = self.kern
+        lb, _, top_n, _, _, _, tfeat, tmin, rec = self.ws
+        shrink = tmask is not None
+        if tmask is None:
+            tmask = np.zeros(self.ens.n_classes, dtype=bool)
+        w, narrowed = _sweep_bounds(lo, hi, a, self.act, len(self.act), k.base, k.nv, k.nf,
+                                    tfeat, tmin, top_n, rec, k.coff, lb, self.sw, shrink, tmask,
+                                    k.tol, self.nlo, self.nhi)
+        assert not self.sw[0].any() and not self.sw[1].any()  # handed back clean
+        return w, lb.copy(), narrowed
 
 
 @pytest.mark.parametrize("kind,n_classes", [("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3), ("et", 2)])
 def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
-    model, X, _ = fit(kind, n_classes=n_classes, n_features=4, seed=3)
-    ens = flatten_model(model)
-    grid = Grid.from_ensemble(ens, FeatureSchema.default(4))
-    kern = Kernel.make(ens, grid)
-    m, T = 4, kern.roots.shape[0]
-    ws, sw = _workspaces(kern, m)
-    lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec = ws
-    lb2 = np.empty_like(lb)
-    no_targets = np.zeros(ens.n_classes, dtype=bool)
-    nlo, nhi = np.empty(m, dtype=np.int32), np.empty(m, dtype=np.int32)
-    act = np.arange(T, dtype=np.int32)
-    start = kern.roots.copy()
+    bnd = Bounds(kind, n_classes, seed=3)
     rng = np.random.default_rng(0)
-    n = grid.n_cells
     tighter = 0
     for _ in range(300):
-        lo = np.array([rng.integers(0, n[f]) for f in range(m)], dtype=np.int32)
-        width = rng.integers(0, 6, size=m)
-        hi = np.minimum(lo + width, n - 1).astype(np.int32)
-        cells = np.array(list(itertools.product(*[range(lo[f], hi[f] + 1) for f in range(m)])))
-        scores = ens.decision_scores(grid.cell_points(cells))
-        a = int(rng.integers(0, ens.n_classes))
+        lo, hi, cells = bnd.random_box(rng, 5)
+        scores = bnd.ens.decision_scores(bnd.grid.cell_points(cells))
+        a = int(rng.integers(0, n_classes))
         exact = (scores[:, [a]] - scores).min(axis=0)  # per class b: min of score_a - score_b
-        w1 = _bounds_on(lo, hi, a, act, T, kern.base, kern.nf, kern.ncut, kern.nl, kern.nr,
-                        kern.nv, start, lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec)
-        w2, _ = _sweep_bounds(lo, hi, a, act, T, kern.base, kern.nv, kern.nf, tfeat, tmin,
-                              top_n, rec, kern.coff, lb2, sw, False, no_targets, kern.tol,
-                              nlo, nhi)
-        others = [b for b in range(ens.n_classes) if b != a]
+        w1, lb1 = bnd.interval(lo, hi, a)
+        w2, lb2 = bnd.sweep(lo, hi, a)[:2]
+        others = [b for b in range(n_classes) if b != a]
         for b in others:
-            assert lb[b] <= exact[b] + 1e-12
+            assert lb1[b] <= exact[b] + 1e-12
             assert lb2[b] <= exact[b] + 1e-12  # sound
-            assert lb2[b] >= lb[b] - 1e-12  # never looser
-        assert w1 == pytest.approx(min(lb[b] for b in others))
+            assert lb2[b] >= lb1[b] - 1e-12  # never looser
+        assert w1 == pytest.approx(min(lb1[b] for b in others))
         assert w2 == pytest.approx(min(lb2[b] for b in others))
         tighter += w2 > w1 + 1e-12
-        # the workspace is handed back clean for the next call
-        assert not sw[0].any() and not sw[1].any()
     assert tighter > 0  # the sweep does decide something the interval bound cannot
 
 
@@ -80,38 +100,23 @@ def test_narrowing_keeps_every_target_cell(kind, n_classes):
     """The box the sweep narrows to holds every cell of the region whose class (the
     model's own, through the flat ensemble) is a target; only cells it proves are not
     are cut."""
-    model, X, _ = fit(kind, n_classes=n_classes, n_features=4, seed=5)
-    ens = flatten_model(model)
-    grid = Grid.from_ensemble(ens, FeatureSchema.default(4))
-    kern = Kernel.make(ens, grid)
-    m, T = 4, kern.roots.shape[0]
-    ws, sw = _workspaces(kern, m)
-    lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec = ws
-    nlo, nhi = np.empty(m, dtype=np.int32), np.empty(m, dtype=np.int32)
-    act = np.arange(T, dtype=np.int32)
-    start = kern.roots.copy()
+    bnd = Bounds(kind, n_classes, seed=5)
     rng = np.random.default_rng(1)
-    n = grid.n_cells
     narrowed_boxes = 0
     for _ in range(400):
-        lo = np.array([rng.integers(0, n[f]) for f in range(m)], dtype=np.int32)
-        hi = np.minimum(lo + rng.integers(1, 8, size=m), n - 1).astype(np.int32)
-        cells = np.array(list(itertools.product(*[range(lo[f], hi[f] + 1) for f in range(m)])))
-        labels = ens.predict_index(grid.cell_points(cells))
-        a = int(rng.integers(0, ens.n_classes))
-        tmask = np.ones(ens.n_classes, dtype=bool)
+        lo, hi, cells = bnd.random_box(rng, 7)
+        labels = bnd.ens.predict_index(bnd.grid.cell_points(cells))
+        a = int(rng.integers(0, n_classes))
+        tmask = np.ones(n_classes, dtype=bool)
         tmask[a] = False
         if n_classes > 2 and rng.random() < 0.5:
             tmask[int(rng.choice(np.flatnonzero(tmask)))] = False  # a single target class
-        _bounds_on(lo, hi, a, act, T, kern.base, kern.nf, kern.ncut, kern.nl, kern.nr, kern.nv,
-                   start, lb, trange, top_n, stack, mn, mx, tfeat, tmin, rec)
-        worst, narrowed = _sweep_bounds(lo, hi, a, act, T, kern.base, kern.nv, kern.nf, tfeat,
-                                        tmin, top_n, rec, kern.coff, lb, sw, True, tmask,
-                                        kern.tol, nlo, nhi)
-        assert not sw[0].any() and not sw[1].any()
-        if worst > kern.tol:
+        bnd.interval(lo, hi, a)
+        worst, _, narrowed = bnd.sweep(lo, hi, a, tmask)
+        if worst > bnd.kern.tol:
             assert not tmask[labels].any()  # certified class a everywhere
             continue
+        nlo, nhi = bnd.nlo, bnd.nhi
         assert np.all(lo <= nlo) and np.all(nhi <= hi)
         assert narrowed == bool(np.any(nlo > lo) or np.any(nhi < hi))
         target = cells[tmask[labels]]
