@@ -112,3 +112,16 @@ def test_bad_inputs_are_refused(suite, x, field):
     with pytest.raises(InvalidQueryError) as err:
         maps.counterfactual(x)
     assert err.value.field == field
+
+
+def test_default_options_are_shared_and_custom_ones_leave_them_alone(suite):
+    _, X, maps = suite
+    base = make_options(maps, norm="l2")
+    assert make_options(maps, norm="l2") is base  # built once per maps, norm and k
+    assert make_options(maps, norm="l2", k=2) is not base
+    before = {f: getattr(base, f).copy() for f in ("weights", "lower", "upper", "immutable")}
+    heavy = maps.counterfactual(X[0], norm="l2", weights=7.0 * base.weights)
+    plain = maps.counterfactual(X[0], norm="l2")
+    for f, v in before.items():
+        assert np.array_equal(getattr(base, f), v)
+    assert heavy.best.distance == pytest.approx(7.0 * plain.best.distance)
