@@ -54,7 +54,10 @@ GB3_SPEC = {
 }
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+# Generous: the first build of a run also compiles the numba kernels (about 25 s on a
+# 2-core machine with a cold cache, longer when the machine is busy); a passing wait
+# returns as soon as the predicate holds.
+def wait_until(predicate: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
