@@ -293,9 +293,10 @@ def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec, co
         lb[b] = cs[a] - cs[b]
     for i in range(n_act):
         t = act[i]
-        if nf[top_n[t]] < 0:  # constant on the region
+        if nf[top_n[t]] < 0:  # constant on the region: its one leaf (whatever ``a`` is)
+            leaf = top_n[t]
             for b in range(c):
-                lb[b] += tmin[t, b]
+                lb[b] += nv[leaf, a] - nv[leaf, b]
             continue
         f0 = nf[top_n[t]]
         touched[f0] = 1
