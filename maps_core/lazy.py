@@ -1,8 +1,9 @@
 """Query-time search inside mixed regions (left unresolved by a budgeted build).
 
 A best-first branch-and-bound over sub-boxes of the mixed regions, guided by the query:
-the box nearest to ``x`` is popped first, its centre cell labelled exactly (class ``a``),
-and the box is
+the box nearest to ``x`` is popped first and given a hypothesis class ``a`` (with two
+classes, the one its bounds come nearer to certifying; otherwise the exact class of its
+centre cell), and the box is
 
 * dropped when the interval bound, or failing that the sweep bound (each live tree
   projected on one feature, projections on a feature summed before the minimum; see
