@@ -192,9 +192,9 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
             if worst <= tol and worst > -SWEEP_REACH * _spread_sum(act, n_act, trange):
                 # The interval bound failed, but not by far: the sweep bound often decides.
                 # With a of no target class it also narrows the box to where a target may be.
-                worst, narrowed = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin,
-                                                top_n, rec, coff, lb, sw, not tmask[a], tmask,
-                                                tol, nlo, nhi)
+                worst, narrowed = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n,
+                                                rec, coff, lb, sw, not tmask[a], tmask, tol,
+                                                nlo, nhi)
             if worst > tol:
                 label = a
             else:

@@ -116,9 +116,10 @@ def _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, trang
     spread of its margin ``trange[t]`` and in ``top_n[t]`` its root-most undecided split
     node, or its only reachable leaf when the tree is constant on the region.
 
-    For :func:`_sweep_bounds` it also records, per tree: ``tfeat[t]``, the one feature all
-    its undecided nodes test (-1 if none or several); ``tmin[t, b]``, its own minimum of
-    the margin; and in ``rec`` = (slo, shi, lnode, llo, lhi, tleaf, tnleaf) its reachable
+    It also records, per tree: ``tmin[t, b]``, its own minimum of the margin (plus
+    ``trange[t]``, its maximum when there are two classes); and for :func:`_sweep_bounds`
+    ``tfeat[t]``, the one feature all its undecided nodes test (-1 if none or several),
+    and in ``rec`` = (slo, shi, lnode, llo, lhi, tleaf, tnleaf) its reachable
     leaves ``lnode[tleaf[t]:tleaf[t] + tnleaf[t]]`` with their cell intervals along the
     feature of ``top_n[t]`` (``llo``, ``lhi``; ``slo``, ``shi`` are DFS stacks). The
     leaf arrays need room for every leaf of the ensemble.
@@ -249,11 +250,11 @@ def _sweep_workspace(coff, m, c, max_depth_nodes):
 
 
 @njit(cache=True, nogil=True)
-def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n, rec, coff, lb, sw,
-                  shrink, tmask, tol, nlo, nhi):
+def _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, sw, shrink,
+                  tmask, tol, nlo, nhi):
     """Lower bounds of the margin of class ``a`` over the region ``lo..hi``, tighter than
-    :func:`_bounds_on`, from the per-tree results it recorded (``tfeat``, ``tmin``,
-    ``top_n``, ``rec``).
+    :func:`_bounds_on`, from the per-tree results it recorded (``tfeat``, ``top_n``,
+    ``rec``).
 
     The interval bound takes every tree's worst leaf on its own, as if the trees could
     disagree about where in the region x sits. Here every live tree is replaced by its
@@ -574,8 +575,8 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, tol,
             worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
                                trange, top_n, stack, mn, mx, tfeat, tmin, rec)
             if worst <= tol and worst > -SWEEP_REACH * _spread_sum(act, n_act, trange):
-                worst, _ = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, tmin, top_n,
-                                         rec, coff, lb, sw, False, tm_none, tol, nlo, nhi)
+                worst, _ = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec,
+                                         coff, lb, sw, False, tm_none, tol, nlo, nhi)
             if worst > tol:
                 label = a
                 counters[C_BOUND] += 1

@@ -61,13 +61,13 @@ class Bounds:
     def sweep(self, lo, hi, a, tmask=None) -> tuple[float, np.ndarray, bool]:
         """Right after :meth:`interval` on the same box (it reads its per-tree records)."""
         k = self.kern
-        lb, _, top_n, _, _, _, tfeat, tmin, rec = self.ws
+        lb, _, top_n, _, _, _, tfeat, _, rec = self.ws
         shrink = tmask is not None
         if tmask is None:
             tmask = np.zeros(self.ens.n_classes, dtype=bool)
         w, narrowed = _sweep_bounds(lo, hi, a, self.act, len(self.act), k.base, k.nv, k.nf,
-                                    tfeat, tmin, top_n, rec, k.coff, lb, self.sw, shrink, tmask,
-                                    k.tol, self.nlo, self.nhi)
+                                    tfeat, top_n, rec, k.coff, lb, self.sw, shrink, tmask, k.tol,
+                                    self.nlo, self.nhi)
         assert not self.sw[0].any() and not self.sw[1].any()  # handed back clean
         return w, lb.copy(), narrowed
 
