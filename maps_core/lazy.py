@@ -230,9 +230,9 @@ def mixed_search(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
                 # and dropped) and where the votes it decides are uncertain: score = the
                 # far side's distance gain (below) x the summed spread of every tree
                 # whose root-most undecided node is that same cut (random forests repeat
-                # cuts; PD 100x5, 2M rectangles: l2 p50
-                # 116 -> 35 ms with one tree's spread; summing over trees that share the
-                # cut, 2k-rectangle maps: 1.41M -> 1.02M boxes popped over 120 queries).
+                # cuts; PD 100x5, 2M rectangles: l2 p50 116 -> 35 ms with one tree's
+                # spread; summing over trees that share the cut, 2k-rectangle maps:
+                # 1.41M -> 1.02M boxes popped over 120 queries).
                 for i in range(n_act):
                     node = top_n[act[i]]
                     if nf[node] >= 0:

@@ -8,8 +8,8 @@ sub-regions whose union is the region, each *certified* single-class:
 2. Interval bound: for every other class ``b``, ``base_a - base_b + sum over trees of the
    minimum over the tree's reachable leaves of (v_a - v_b)``. If every bound exceeds a
    tolerance far above float64 rounding, the region is certified class ``a``. When it
-   fails, the sweep bound (:func:`_sweep_bounds`) sums the trees that cut the region on
-   one common feature exactly along that feature before taking their minimum.
+   fails by not too much, the sweep bound (:func:`_sweep_bounds`) projects every live tree
+   on one feature and sums the projections per feature before taking the minimum.
 3. Otherwise sample a few cells and label them exactly. Two labels prove the region
    impure. If all agree, a small depth-first branch-and-bound over sub-boxes tries to
    *prove* purity exactly (the bound is loose because trees share features; proving
