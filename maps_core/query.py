@@ -16,7 +16,8 @@ enlarging an interval, which is what keeps weights, norms and constraints exact:
 * ``l0``: the number of changed features (a group counts once), ties broken by weighted
   l1, as one lexicographic key.
 
-Mixed regions left by a budgeted build are searched with :mod:`maps_core.lazy`.
+The search itself (:func:`maps_core.lazy.best_first`) runs the KD-tree descent and the
+refinement of mixed regions left by a budgeted build in one priority queue.
 
 Rectangles of continuous features are open at a lower end that comes from a threshold
 (``x > t``); the certified distance is the infimum, and the returned point is the nearest
@@ -33,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import njit
 
-from .distance import _box_dist, _pop, _push, _rect_dist
+from .distance import _rect_dist
 from .exceptions import InvalidQueryError, MapsError
-from .lazy import mixed_search
+from .lazy import best_first
 from .partition import MIXED, Kernel, refine_region
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,81 +48,6 @@ NORMS = {"l1": 0, "l2": 1, "linf": 2, "l0": 3}
 # --------------------------------------------------------------------------------------
 # numba kernels
 # --------------------------------------------------------------------------------------
-@njit(cache=True, nogil=True)
-def _search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
-            node_lo, node_hi, left, right, start, end, order, class_root, labels, rlo, rhi, coff,
-            clow, cupp, clcl):
-    """Best-first branch-and-bound for the ``k`` nearest rectangles of the target classes.
-
-    Returns (best_ids, best_d, mixed_ids, mixed_d, popped, evaluated); distances are in
-    the accumulated form (squared for l2). Mixed regions closer than the k-th best at the
-    time they are met are reported separately for refinement.
-    """
-    keys = np.empty(64)
-    vals = np.empty(64, dtype=np.int64)
-    a0 = np.empty(x.shape[0], dtype=np.bool_)
-    a1 = np.empty(x.shape[0], dtype=np.bool_)
-    n = 0
-    for c in range(class_root.shape[0]):
-        if tmask[c] and class_root[c] >= 0:
-            nd = class_root[c]
-            d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[nd], node_hi[nd], gcol, gstart,
-                          gcols, gcost, xcat, a0, a1)
-            if d < np.inf:
-                keys, vals, n = _push(keys, vals, n, d, nd)
-    best_d = np.full(k, np.inf)
-    best_id = np.full(k, -1, dtype=np.int64)
-    mixed_ids = np.empty(16, dtype=np.int64)
-    mixed_d = np.empty(16)
-    n_mixed = 0
-    popped = 0
-    evaluated = 0
-    while n > 0:
-        key, nd, n = _pop(keys, vals, n)
-        if key >= best_d[k - 1]:
-            break
-        popped += 1
-        if left[nd] < 0:
-            for i in range(start[nd], end[nd]):
-                r = order[i]
-                lab = labels[r]
-                if lab >= 0 and not tmask[lab]:
-                    continue
-                evaluated += 1
-                d = _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
-                               clcl, best_d[k - 1], gcol, gstart, gcols, gcost, xcat, a0, a1)
-                if d >= best_d[k - 1]:
-                    continue
-                if lab == -1:
-                    if n_mixed >= mixed_ids.shape[0]:
-                        t1 = np.empty(2 * n_mixed, dtype=np.int64)
-                        t2 = np.empty(2 * n_mixed)
-                        t1[:n_mixed] = mixed_ids[:n_mixed]
-                        t2[:n_mixed] = mixed_d[:n_mixed]
-                        mixed_ids = t1
-                        mixed_d = t2
-                    mixed_ids[n_mixed] = r
-                    mixed_d[n_mixed] = d
-                    n_mixed += 1
-                    continue
-                # insert into the sorted top-k (rectangles are distinct: each certified
-                # rectangle sits in exactly one class tree)
-                j = k - 1
-                while j > 0 and best_d[j - 1] > d:
-                    best_d[j] = best_d[j - 1]
-                    best_id[j] = best_id[j - 1]
-                    j -= 1
-                best_d[j] = d
-                best_id[j] = r
-        else:
-            for ch in (left[nd], right[nd]):
-                d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[ch], node_hi[ch], gcol,
-                              gstart, gcols, gcost, xcat, a0, a1)
-                if d < best_d[k - 1]:
-                    keys, vals, n = _push(keys, vals, n, d, ch)
-    return best_id, best_d, mixed_ids[:n_mixed].copy(), mixed_d[:n_mixed].copy(), popped, evaluated
-
-
 @njit(cache=True, nogil=True)
 def _locate(P, C, node_lo, node_hi, left, right, start, end, order, class_root, rlo, rhi):
     """Rectangle containing each row: ``P`` model-view points, ``C`` their cell indices."""
@@ -625,50 +551,28 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     else:
         tmask[:] = False
         tmask[t_idx] = True
-    integral = maps.grid.integral
-    x_w = np.ascontiguousarray(x, dtype=np.float64)
-    k = opts.k
-    best_id, best_d, mixed_ids, mixed_d, popped, evaluated = _search(
-        x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, k, *groups, *_arrays(maps)
+    g, kern = maps.grid, _kernel(maps)
+    tables: tuple[Any, ...] = (
+        kern.nf, kern.ncut, kern.nl, kern.nr, kern.nv, kern.roots, kern.base, kern.tie_high,
+        kern.tol, kern.max_depth_nodes, MAX_MIXED_POPS,
     )
-    cands: list[tuple[float, np.ndarray, np.ndarray, int]] = [
-        (float(d), np.asarray(part.lo[r]), np.asarray(part.hi[r]), int(part.labels[r]))
-        for r, d in zip(best_id, best_d, strict=True)
-        if r >= 0
-    ]
-    refined = 0
-    if mixed_ids.size:
-        # Mixed regions that could still beat the k-th best: search inside them. A mixed
-        # region sits in every class tree, so with several target classes it can be met
-        # more than once: search it once (k-best answers must be distinct boxes).
-        mixed_ids, first = np.unique(mixed_ids, return_index=True)
-        mixed_d = mixed_d[first]
-        g, kern = maps.grid, _kernel(maps)
-        best_in = np.full(k, np.inf)
-        best_in[: len(cands)] = [cd[0] for cd in cands]
-        init: tuple[Any, ...] = (
-            np.asarray(part.lo)[mixed_ids], np.asarray(part.hi)[mixed_ids], mixed_d, best_in
+    x_w = np.ascontiguousarray(x, dtype=np.float64)
+    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(
+        x_w, opts.weights, opts.norm_code, cmin, cmax, g.integral, tmask, opts.k, *groups,
+        *_arrays(maps), *tables
+    )
+    if not complete:
+        raise MapsError(
+            "this query reaches too far into regions the build left unresolved; rebuild "
+            "the maps with a larger budget (max_seconds / max_rectangles)"
         )
-        tables: tuple[Any, ...] = (
-            g.cell_offsets, g.cell_lower, g.cell_upper, g.cell_lower_closed, kern.nf, kern.ncut,
-            kern.nl, kern.nr, kern.nv, kern.roots, kern.base, kern.tie_high, kern.tol,
-            kern.max_depth_nodes, MAX_MIXED_POPS,
-        )
-        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, refined, complete = mixed_search(
-            x_w, opts.weights, opts.norm_code, cmin, cmax, integral, tmask, *groups, *init, *tables
-        )
-        if not complete:
-            raise MapsError(
-                "this query reaches too far into regions the build left unresolved; rebuild "
-                "the maps with a larger budget (max_seconds / max_rectangles)"
-            )
-        cands += [(float(d), c_lo[i], c_hi[i], int(c_lab[i])) for i, d in enumerate(c_d)]
-        if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
-            t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
-            cands += [(float(t_d[i]), t_lo[i], t_hi[i], int(t_lab[i]))
-                      for i in range(t_d.size) if tmask[t_lab[i]]]
-        cands.sort(key=lambda t: t[0])
-        del cands[k:]
+    cands = [(float(d), c_lo[i], c_hi[i], int(c_lab[i])) for i, d in enumerate(c_d)]
+    if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
+        t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
+        cands += [(float(t_d[i]), t_lo[i], t_hi[i], int(t_lab[i]))
+                  for i in range(t_d.size) if tmask[t_lab[i]]]
+    cands.sort(key=lambda t: t[0])
+    del cands[opts.k:]
     out = SearchOutput(
         prediction=pred, nodes_popped=int(popped), rectangles_evaluated=int(evaluated),
         regions_refined=refined,
