@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from .ensemble import FlatEnsemble
 from .exceptions import InvalidQueryError
@@ -38,6 +39,28 @@ def floor32(t: np.ndarray) -> np.ndarray:
 def next_up32(v: float) -> float:
     """Smallest float32 strictly greater than the float32 value ``v``."""
     return float(np.nextafter(np.float32(v), np.float32(np.inf)))
+
+
+@njit(cache=True, nogil=True)
+def _cells(A, integral, thr_values, thr_offsets):
+    """Cell index of every entry of ``A`` (shape (n, m)): the number of its feature's
+    thresholds below it (continuous values as float32, as the model compares them)."""
+    n, m = A.shape
+    out = np.empty((n, m), dtype=np.int32)
+    for i in range(n):
+        for f in range(m):
+            v = A[i, f] if integral[f] else np.float64(np.float32(A[i, f]))
+            lo = thr_offsets[f]
+            hi = thr_offsets[f + 1]
+            base = lo
+            while lo < hi:  # first threshold >= v (numpy's searchsorted, side="left")
+                mid = (lo + hi) >> 1
+                if thr_values[mid] < v:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[i, f] = lo - base
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,12 +201,8 @@ class Grid:
 
         Uses the model's view of the input: float32 for continuous features.
         """
-        A = np.asarray(A, dtype=np.float64)
-        out = np.empty(A.shape, dtype=np.int32)
-        for f in range(self.n_features):
-            col = A[:, f] if self.integral[f] else A[:, f].astype(np.float32).astype(np.float64)
-            out[:, f] = np.searchsorted(self.thresholds(f), col, side="left")
-        return out
+        A = np.ascontiguousarray(A, dtype=np.float64)
+        return _cells(A, self.integral, self.thr_values, self.thr_offsets)
 
     def cell_points(self, cells: np.ndarray) -> np.ndarray:
         """A legal point inside each cell vector, shape (n, n_features).

@@ -219,7 +219,7 @@ class CounterfactualMaps:
         A = self._as_matrix(x)
         if A.shape[0] != 1:
             raise InvalidQueryError("counterfactual() takes one instance", "instance")
-        return self.counterfactuals(A, target, **options)[0]
+        return self._answer(A, target, options)[0]
 
     def counterfactuals(
         self,
@@ -263,18 +263,16 @@ class CounterfactualMaps:
             ``feasible`` is False with a ``reason`` when no input satisfying the
             constraints gets the target class.
         """
-        A = self._as_matrix(X)
+        options = {"norm": norm, "weights": weights, "immutable": immutable,
+                   "direction": direction, "bounds": bounds, "k": k, "group_costs": group_costs}
+        return self._answer(self._as_matrix(X), target, options)
+
+    def _answer(
+        self, A: np.ndarray, target: Any, options: Mapping[str, Any]
+    ) -> list[CounterfactualResult]:
+        """:meth:`counterfactuals` of the validated matrix ``A`` (shape (n, n_features))."""
         t_idx = None if target is None else self.target_index(target)
-        opts: QueryOptions = make_options(
-            self,
-            norm=norm,
-            weights=weights,
-            immutable=immutable,
-            direction=direction,
-            bounds=bounds,
-            k=k,
-            group_costs=group_costs,
-        )
+        opts: QueryOptions = make_options(self, **options)
         categories(opts, A)  # every row's one-hot groups are valid before any work
         return [self._one(A[i], t_idx, opts) for i in range(A.shape[0])]
 
@@ -308,7 +306,7 @@ class CounterfactualMaps:
             unreachable=tuple(classes[i] for i in out.unreachable),
             constraints=out.constraints,
         )
-        return replace(res, reason=res.explain())
+        return res if res.feasible else replace(res, reason=res.explain())
 
 
 def _model_labeler(model: Any, ens: FlatEnsemble) -> Callable[[np.ndarray], np.ndarray]:

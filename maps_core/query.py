@@ -113,6 +113,60 @@ def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, x
     return out
 
 
+@njit(cache=True, nogil=True)
+def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, integral):
+    """Region of the rectangle ``lo_cells..hi_cells`` (cell indices, shape (m,)) clipped to
+    the constraint box ``cmin..cmax``, and the point of it nearest to ``x`` that the model
+    sees inside it. Returns (point, lower, upper, lower_closed, upper_closed), shape (m,)."""
+    m = x.shape[0]
+    p = np.empty(m)
+    lower = np.empty(m)
+    upper = np.empty(m)
+    lcl = np.empty(m, dtype=np.bool_)
+    ucl = np.empty(m, dtype=np.bool_)
+    for f in range(m):
+        gl = coff[f] + lo_cells[f]
+        gh = coff[f] + hi_cells[f]
+        cell_lo = clow[gl]
+        lo_f, hi_f = cell_lo, cupp[gh]
+        lc, uc = clcl[gl], cucl[gh]
+        if cmin[f] > lo_f:
+            lo_f = cmin[f]
+            lc = True
+        if cmax[f] < hi_f:
+            hi_f = cmax[f]
+            uc = True
+        if integral[f]:
+            lo_f = math.ceil(lo_f) if np.isfinite(lo_f) else lo_f
+            hi_f = math.floor(hi_f) if np.isfinite(hi_f) else hi_f
+            lc = lc or np.isfinite(lo_f)
+            uc = uc or np.isfinite(hi_f)
+        lower[f], upper[f], lcl[f], ucl[f] = lo_f, hi_f, lc, uc
+        v = x[f]
+        pf = min(max(v, lo_f), hi_f)
+        if not integral[f]:
+            x32 = np.float64(np.float32(v))
+            if (pf == v and (v > lo_f or lc) and (x32 > cell_lo or (clcl[gl] and x32 >= cell_lo))
+                    and x32 <= cupp[gh]):
+                # x's own value is in the region and the model's view of it in the cell:
+                # leave the feature untouched (an immutable feature must not move by an ulp).
+                p[f] = v
+                continue
+            # The model sees float32(p): make sure that value is inside the interval.
+            v32 = np.float64(np.float32(pf))
+            if v32 < lo_f or (v32 == lo_f and not lc):
+                v32 = np.float64(np.nextafter(np.float32(lo_f), np.float32(np.inf)))
+                if v32 < lo_f:  # lo_f not a float32: go one more step
+                    v32 = np.float64(np.nextafter(np.float32(v32), np.float32(np.inf)))
+                pf = v32
+            elif v32 > hi_f:
+                pf = np.float64(np.nextafter(np.float32(hi_f), np.float32(-np.inf)))
+            elif pf != v:
+                pf = v32
+        p[f] = pf
+    return p, lower, upper, lcl, ucl
+
+
 # --------------------------------------------------------------------------------------
 # options and result assembly
 # --------------------------------------------------------------------------------------
@@ -380,50 +434,11 @@ def assemble(
 ) -> Found:
     """Region of a rectangle clipped to the constraints, and the point to return in it."""
     g = maps.grid
-    off = g.cell_offsets[:-1]
-    lower = g.cell_lower[lo_cells + off].copy()
-    upper = g.cell_upper[hi_cells + off].copy()
-    lcl = g.cell_lower_closed[lo_cells + off].copy()
-    ucl = g.cell_upper_closed[hi_cells + off].copy()
-    raise_lo = cmin > lower
-    lower[raise_lo] = cmin[raise_lo]
-    lcl[raise_lo] = True
-    cut_hi = cmax < upper
-    upper[cut_hi] = cmax[cut_hi]
-    ucl[cut_hi] = True
-    integ = g.integral
-    with np.errstate(invalid="ignore"):
-        lower[integ] = np.ceil(lower[integ])
-        upper[integ] = np.floor(upper[integ])
-    lcl[integ & np.isfinite(lower)] = True
-    ucl[integ & np.isfinite(upper)] = True
-    cell_lo = g.cell_lower[lo_cells + off]
-    cell_hi = g.cell_upper[hi_cells + off]
-    cell_lcl = g.cell_lower_closed[lo_cells + off]
-    p = np.clip(x, lower, upper)
-    for f in np.flatnonzero(~integ):
-        x32 = float(np.float32(x[f]))
-        if (
-            p[f] == x[f]
-            and (x[f] > lower[f] or lcl[f])
-            and (x32 > cell_lo[f] or (cell_lcl[f] and x32 >= cell_lo[f]))
-            and x32 <= cell_hi[f]
-        ):
-            # x's own value is in the region and the model's view of it in the cell:
-            # leave the feature untouched (an immutable feature must not move by an ulp).
-            continue
-        # The model sees float32(p): make sure that value is inside the interval.
-        v32 = float(np.float32(p[f]))
-        lo_f, hi_f = lower[f], upper[f]
-        if v32 < lo_f or (v32 == lo_f and not lcl[f]):
-            v32 = float(np.nextafter(np.float32(lo_f), np.float32(np.inf)))
-            if v32 < lo_f:  # lo_f not a float32: go one more step
-                v32 = float(np.nextafter(np.float32(v32), np.float32(np.inf)))
-            p[f] = v32
-        elif v32 > hi_f:
-            p[f] = float(np.nextafter(np.float32(hi_f), np.float32(-np.inf)))
-        elif p[f] != x[f]:
-            p[f] = v32
+    p, lower, upper, lcl, ucl = _place(
+        x, np.ascontiguousarray(lo_cells, dtype=np.int64),
+        np.ascontiguousarray(hi_cells, dtype=np.int64), cmin, cmax, g.cell_offsets,
+        g.cell_lower, g.cell_upper, g.cell_lower_closed, g.cell_upper_closed, g.integral,
+    )
     # One-hot groups: stay on x's category when the region allows it, otherwise take the
     # first category the region allows (all switches cost the same).
     for gi in range(opts.gcost.shape[0]):
