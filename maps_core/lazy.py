@@ -74,6 +74,61 @@ def _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, lab, d):
 
 
 @njit(cache=True, nogil=True)
+def _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
+    """Drop the end cells of the box ``lo..hi`` (updated in place) that lie at least
+    ``bound`` (accumulated form) from ``x`` whatever the other features.
+
+    A cell's distance is bounded below by the box's own terms on the other features plus
+    the cell's gap on this one; constraints, integral rounding and one-hot groups only
+    add to a distance, so ignoring them keeps the cut conservative (group columns and l0
+    are left alone). The cell nearest ``x`` on each feature always stays.
+    Without a bound the search must peel the region beyond the answer split by split; with
+    one (PD 100x5, oracle bound): 7x fewer boxes per test row, 9x per uniform query.
+    """
+    if norm > 2:
+        return
+    m = x.shape[0]
+    tot = 0.0
+    for f in range(m):
+        if gcol[f] >= 0:
+            continue  # a group's cost is not a per-column gap; 0 is a lower bound
+        tf = _gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
+        if norm == 0:
+            tot += tf
+        elif norm == 1:
+            tot += tf * tf
+    for f in range(m):
+        if gcol[f] >= 0 or w[f] <= 0.0:
+            continue
+        if norm == 2:
+            room = bound
+        else:
+            tf = _gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
+            room = bound - (tot - (tf if norm == 0 else tf * tf))
+            if room <= 0.0:
+                continue
+            if norm == 1:
+                room = np.sqrt(room)
+        # cells whose gap alone uses up the room hold no point nearer than bound
+        while hi[f] > lo[f] and w[f] * (clow[coff[f] + hi[f]] - x[f]) >= room:
+            hi[f] -= 1
+        while lo[f] < hi[f] and w[f] * (x[f] - cupp[coff[f] + lo[f]]) >= room:
+            lo[f] += 1
+
+
+@njit(cache=True, nogil=True)
+def _gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
+    """Weighted distance from ``x[f]`` to the cells ``lo_f..hi_f`` of feature ``f``."""
+    a = clow[coff[f] + lo_f]
+    if x[f] < a:
+        return w[f] * (a - x[f])
+    b = cupp[coff[f] + hi_f]
+    if x[f] > b:
+        return w[f] * (x[f] - b)
+    return 0.0
+
+
+@njit(cache=True, nogil=True)
 def _slot(blo, bhi, bstart, bcs, free, n_free, n_used):
     """A free slot for a pending box: a recycled one, else a new one (arrays grown)."""
     if n_free > 0:
@@ -91,8 +146,10 @@ def _slot(blo, bhi, bstart, bcs, free, n_free, n_used):
 def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
                node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
                coff, clow, cupp, clcl,
-               nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops):
-    """The ``k`` nearest boxes of the target classes (``tmask``, shape (n_classes,)).
+               nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops,
+               bound):
+    """The ``k`` nearest boxes of the target classes (``tmask``, shape (n_classes,)) nearer
+    than ``bound`` (accumulated form; ``inf`` for no bound).
 
     ``node_lo..class_root`` are the KD-forest arrays, ``labels``, ``rlo``, ``rhi`` the
     partition's, ``nf..max_depth_nodes`` the ensemble's (:class:`~maps_core.partition.Kernel`).
@@ -107,7 +164,7 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
     m = x.shape[0]
     c = base.shape[0]
     T = roots.shape[0]
-    best = np.full(k, np.inf)
+    best = np.full(k, bound)
     # Pending boxes live in slots; a popped box's slot is recycled. Queue values: a slot
     # (>= 0), or -1 - (2 * node + owner) for a KD-tree node, where owner marks the one
     # class tree whose mixed regions are searched (each sits in every class tree).
@@ -209,6 +266,8 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
         for f in range(m):  # into preallocated arrays: no allocation per box
             lo[f] = blo[s, f]
             hi[f] = bhi[s, f]
+        if best[k - 1] < np.inf:
+            _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, best[k - 1])
         n_act = 0
         for t in range(T):
             start[t] = bstart[s, t]

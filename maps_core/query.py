@@ -500,6 +500,31 @@ def locate(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
     return lab
 
 
+def _has_mixed(maps: CounterfactualMaps) -> bool:
+    has = maps.__dict__.get("_has_mixed")
+    if has is None:
+        has = maps.__dict__.setdefault("_has_mixed", bool(maps.partition.n_mixed))
+    return bool(has)
+
+
+def _typical_width(maps: CounterfactualMaps, weights: np.ndarray) -> float:
+    """Median weighted width of the features' finite extent (domain bounds and thresholds),
+    the scale of the first deepening bound (1.0 with the default weights 1/range)."""
+    width = maps.__dict__.get("_widths")
+    if width is None:
+        g = maps.grid
+        width = np.zeros(g.n_features)
+        for f in range(g.n_features):
+            v = np.concatenate([g.thresholds(f), [g.dom_lower[f], g.dom_upper[f]]])
+            v = v[np.isfinite(v)]
+            if v.size:
+                width[f] = v.max() - v.min()
+        width = maps.__dict__.setdefault("_widths", width)
+    ww = weights * width
+    ww = ww[ww > 0]
+    return float(np.median(ww)) if ww.size else 1.0
+
+
 def _kernel(maps: CounterfactualMaps) -> Kernel:
     kern = maps.__dict__.get("_kernel")
     if kern is None:
@@ -522,6 +547,17 @@ def _piece_holding(
 # Boxes a query may pop inside mixed regions before giving up (exactness is never traded:
 # a query that needs more fails with MapsError, suggesting a larger build budget).
 MAX_MIXED_POPS = 5_000_000
+
+# Iterative deepening on maps with mixed regions: a search bounded by a distance clips
+# every box to the cells that may lie nearer (``lazy._clip_to_ball``), which spares it the
+# peeling of mixed regions beyond the answer, split by split. The first bound is this
+# fraction of the typical weighted feature width, grown by DEEPEN_GROWTH until a round
+# finds the k best (each round is exact below its bound); after DEEPEN_ROUNDS rounds the
+# search runs unbounded. PD 100x5, 2k-rectangle maps, l2 kernel medians, same queries:
+# 8.9 -> 2.4 ms (test rows), 2.6 -> 0.56 ms (uniform); start 0.02 or growth 2-3: slower.
+DEEPEN_START = 0.05
+DEEPEN_GROWTH = 1.5
+DEEPEN_ROUNDS = 24
 
 
 def _constraints_text(maps: CounterfactualMaps, opts: QueryOptions) -> str:
@@ -567,20 +603,30 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
         tmask[:] = False
         tmask[t_idx] = True
     g, kern = maps.grid, _kernel(maps)
-    tables: tuple[Any, ...] = (
-        kern.nf, kern.ncut, kern.nl, kern.nr, kern.nv, kern.roots, kern.base, kern.tie_high,
-        kern.tol, kern.max_depth_nodes, MAX_MIXED_POPS,
+    args: tuple[Any, ...] = (
+        np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin, cmax,
+        g.integral, tmask, opts.k, *groups, *_arrays(maps), kern.nf, kern.ncut, kern.nl,
+        kern.nr, kern.nv, kern.roots, kern.base, kern.tie_high, kern.tol, kern.max_depth_nodes,
+        MAX_MIXED_POPS,
     )
-    x_w = np.ascontiguousarray(x, dtype=np.float64)
-    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(
-        x_w, opts.weights, opts.norm_code, cmin, cmax, g.integral, tmask, opts.k, *groups,
-        *_arrays(maps), *tables
-    )
-    if not complete:
-        raise MapsError(
-            "this query reaches too far into regions the build left unresolved; rebuild "
-            "the maps with a larger budget (max_seconds / max_rectangles)"
-        )
+    radius = np.inf
+    if opts.norm != "l0" and _has_mixed(maps):
+        radius = DEEPEN_START * _typical_width(maps, opts.weights)
+    popped = evaluated = refined = 0
+    for rnd in range(DEEPEN_ROUNDS + 1):
+        if rnd == DEEPEN_ROUNDS:
+            radius = np.inf
+        call: tuple[Any, ...] = (*args, radius * radius if opts.norm == "l2" else radius)
+        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, rf, complete = best_first(*call)
+        popped, evaluated, refined = popped + kp, evaluated + ev, refined + rf
+        if not complete:
+            raise MapsError(
+                "this query reaches too far into regions the build left unresolved; rebuild "
+                "the maps with a larger budget (max_seconds / max_rectangles)"
+            )
+        if c_d.size >= opts.k or radius == np.inf:
+            break  # the k best lie below the bound: exact
+        radius *= DEEPEN_GROWTH
     cands = [(float(d), c_lo[i], c_hi[i], int(c_lab[i])) for i, d in enumerate(c_d)]
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))

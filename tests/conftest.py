@@ -16,6 +16,8 @@ from sklearn.ensemble import (
 )
 from sklearn.tree import DecisionTreeClassifier
 
+import maps_core.query
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("CFMAPS_SHARED", ROOT.parent / "shared"))
 
@@ -107,3 +109,17 @@ def shared_dir() -> Path:
     if not (SHARED / "datasets").is_dir():
         pytest.fail(f"shared datasets not found at {SHARED} (set CFMAPS_SHARED)")
     return SHARED
+
+
+# Iterative deepening schedules (first radius, growth): the default; many small rounds,
+# most failing, some reaching the unbounded last round; one unbounded round.
+DEEPENING = {"default": None, "many-rounds": (1e-3, 1.2), "unbounded": (np.inf, 1.5)}
+
+
+@pytest.fixture(params=sorted(DEEPENING))
+def deepening(request, monkeypatch):
+    if DEEPENING[request.param] is not None:
+        start, growth = DEEPENING[request.param]
+        monkeypatch.setattr(maps_core.query, "DEEPEN_START", start)
+        monkeypatch.setattr(maps_core.query, "DEEPEN_GROWTH", growth)
+    return request.param

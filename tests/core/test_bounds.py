@@ -15,6 +15,7 @@ import pytest
 
 from maps_core import FeatureSchema, flatten_model
 from maps_core.grid import Grid
+from maps_core.lazy import _clip_to_ball
 from maps_core.partition import (
     Kernel,
     _bounds_on,
@@ -123,3 +124,34 @@ def test_narrowing_keeps_every_target_cell(kind, n_classes):
         assert np.all((nlo <= target) & (target <= nhi))
         narrowed_boxes += narrowed
     assert narrowed_boxes > 0  # the check above is not vacuous
+
+
+@pytest.mark.parametrize("norm", [0, 1, 2])  # l1, l2, linf (accumulated forms)
+def test_clip_to_ball_drops_only_cells_at_or_beyond_the_bound(norm):
+    """Every cell the clip removes lies at least ``bound`` from x (exact distance of the
+    cell under the norm, accumulated form), and the box keeps its nearest cell, so a box
+    whose own distance is below the bound keeps that distance."""
+    bnd = Bounds("rf", 2, seed=4)
+    g, k = bnd.grid, bnd.kern
+    rng = np.random.default_rng(norm)
+    no_group = np.full(M, -1, dtype=np.int64)
+    lo_all, hi_all = g.cell_lower, g.cell_upper
+    removed = 0
+    for _ in range(300):
+        lo, hi, cells = bnd.random_box(rng, max_width=6)
+        x = rng.uniform(-3, 3, size=M)
+        w = rng.uniform(0.2, 2.0, size=M)
+
+        # exact distance of every cell (nearest point per feature, then the norm)
+        a = lo_all[k.coff[:M] + cells]
+        b = hi_all[k.coff[:M] + cells]
+        t = w * np.maximum(np.maximum(a - x, x - b), 0.0)
+        d_all = t.sum(1) if norm == 0 else (t * t).sum(1) if norm == 1 else t.max(1)
+        bound = float(rng.uniform(d_all.min(), d_all.max() + 1e-9))
+        clo, chi = lo.copy(), hi.copy()
+        _clip_to_ball(x, w, norm, no_group, clo, chi, k.coff, lo_all, hi_all, bound)
+        kept = np.all((cells >= clo) & (cells <= chi), axis=1)
+        assert np.all(d_all[~kept] >= bound - 1e-12)
+        assert d_all[kept].min() == pytest.approx(d_all.min(), abs=1e-12)
+        removed += int((~kept).sum())
+    assert removed > 0

@@ -661,7 +661,7 @@ def test_constraints_ending_on_a_threshold(suite: Suite, norm: str) -> None:
 
 
 @pytest.mark.parametrize("norm", NORMS)
-def test_budgeted_maps_stay_exact_under_constraints(norm: str) -> None:
+def test_budgeted_maps_stay_exact_under_constraints(norm: str, deepening: str) -> None:
     """Maps cut short by a rectangle budget keep mixed regions that queries refine on demand;
     constrained answers must stay optimal, valid and inside the constraints."""
     for cols, kind, seed in ((PLAIN, "rf", 3), (GROUPED, "et", 5)):

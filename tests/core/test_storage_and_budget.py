@@ -120,9 +120,9 @@ def budgeted(request):
 
 
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
-def test_mixed_search_matches_complete_maps(budgeted, norm):
+def test_mixed_search_matches_complete_maps(budgeted, norm, deepening):
     """The search inside mixed regions finds the complete build's optimum, for forests and
-    boosting, two and three classes."""
+    boosting, two and three classes, whatever the deepening schedule."""
     model, X, full, part = budgeted
     assert part.stats.mixed_regions > 0
     refined = 0
@@ -135,7 +135,7 @@ def test_mixed_search_matches_complete_maps(budgeted, norm):
     assert refined > 0
 
 
-def test_k_best_with_mixed_regions_are_distinct_and_exact(built):
+def test_k_best_with_mixed_regions_are_distinct_and_exact(built, deepening):
     """A mixed region is indexed under every class: with the target omitted (several
     target classes) it is met more than once, yet it must be searched once, and the k
     best must be distinct boxes whose distances match the complete build's k best."""
