@@ -27,6 +27,7 @@ float32 value strictly inside.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -520,9 +521,8 @@ def _typical_width(maps: CounterfactualMaps, weights: np.ndarray) -> float:
             if v.size:
                 width[f] = v.max() - v.min()
         width = maps.__dict__.setdefault("_widths", width)
-    ww = weights * width
-    ww = ww[ww > 0]
-    return float(np.median(ww)) if ww.size else 1.0
+    ww = [v for v in (weights * width).tolist() if v > 0]
+    return statistics.median(ww) if ww else 1.0  # np.median costs ~50 us per query
 
 
 def _kernel(maps: CounterfactualMaps) -> Kernel:
