@@ -36,6 +36,8 @@ whose scores nearly tie are handed back to the caller, which labels them with th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -147,19 +149,76 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
                node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
                coff, clow, cupp, clcl,
                nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops,
-               bound):
-    """The ``k`` nearest boxes of the target classes (``tmask``, shape (n_classes,)) nearer
-    than ``bound`` (accumulated form; ``inf`` for no bound).
+               radius, growth, max_rounds):
+    """The ``k`` nearest boxes of the target classes (``tmask``, shape (n_classes,)).
 
     ``node_lo..class_root`` are the KD-forest arrays, ``labels``, ``rlo``, ``rhi`` the
     partition's, ``nf..max_depth_nodes`` the ensemble's (:class:`~maps_core.partition.Kernel`).
+    Iterative deepening: rounds bounded by ``radius`` (a distance; ``inf`` for a single
+    unbounded round), grown by ``growth`` until a round finds the k best (each round is
+    exact below its bound), the radius covers every point the constraints allow, or
+    ``max_rounds`` rounds failed (then one unbounded round). Each round is
+    :func:`_bounded_search`, whose outputs this returns, with the counters summed over
+    rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete).
+    """
+    far = _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gstart, gcost)
+    kd_pops = 0
+    evaluated = 0
+    pops = 0
+    for rnd in range(max_rounds + 1):
+        if rnd == max_rounds or radius >= far:
+            radius = np.inf
+        bound = radius * radius if norm == 1 else radius  # accumulated form
+        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, complete = _bounded_search(
+            x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
+            node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
+            coff, clow, cupp, clcl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
+            max_depth_nodes, max_pops, bound)
+        kd_pops += kp
+        evaluated += ev
+        pops += po
+        if not complete or c_d.shape[0] >= k or radius == np.inf:
+            return c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete
+        radius *= growth
+    raise AssertionError("unreachable: the last round is unbounded")
+
+
+@njit(cache=True, nogil=True)
+def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gstart, gcost):
+    """Largest distance from ``x`` to a point of the domain inside the constraint box
+    (``inf`` when the domain is unbounded along a feature); group switches at full cost."""
+    total = 0.0
+    for f in range(x.shape[0]):
+        if gcol[f] >= 0:
+            continue
+        a = max(cmin[f], clow[coff[f]])
+        b = min(cmax[f], cupp[coff[f + 1] - 1])
+        d = w[f] * max(x[f] - a, b - x[f], 0.0)
+        total = total + d if norm == 0 else max(total, d) if norm == 2 else math.hypot(total, d)
+    for g in range(gcost.shape[0]):
+        d = gcost[g]
+        total = total + d if norm == 0 else max(total, d) if norm == 2 else math.hypot(total, d)
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost,
+                    xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
+                    rlo, rhi, coff, clow, cupp, clcl, nf, ncut, nl, nr, nv, roots, base,
+                    tie_high, tol, max_depth_nodes, max_pops, bound):
+    """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
+    (accumulated form, squared for l2; ``inf`` for no bound).
+
     Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete):
     candidate boxes (certified rectangles or certified sub-boxes of mixed regions, each of
-    a target class, with their distances in accumulated form, squared for l2), a superset
-    of the k best; near-tie boxes (every cell scores the same, within rounding, so the
-    model's label of the centre holds for all) for the caller to label; KD-tree nodes
-    popped; rectangles whose exact distance was computed; mixed-region boxes popped; False
-    if ``max_pops`` of the latter ran out first.
+    a target class, with their distances in accumulated form), a superset of the k best;
+    near-tie boxes (every cell scores the same, within rounding, so the model's label of
+    the centre holds for all) for the caller to label; KD-tree nodes popped; rectangles
+    whose exact distance was computed; mixed-region boxes popped; False if ``max_pops`` of
+    the latter ran out first.
+
+    While the k-th best distance is finite (``bound`` or a candidate's), every popped box is
+    first clipped to the cells that may lie nearer (:func:`_clip_to_ball`).
     """
     m = x.shape[0]
     c = base.shape[0]

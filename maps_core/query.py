@@ -168,6 +168,35 @@ def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, inte
     return p, lower, upper, lcl, ucl
 
 
+@njit(cache=True, nogil=True)
+def _point_distance(x, p, w, norm, gcol, gstart, gcols, gcost):
+    """Distance between two legal points of shape (m,): weighted per feature, a changed
+    one-hot group costs its switching cost (and counts once in l0)."""
+    total = 0.0
+    top = 0.0
+    changed = 0
+    for f in range(x.shape[0]):
+        if gcol[f] >= 0 or p[f] == x[f]:
+            continue
+        d = w[f] * abs(p[f] - x[f])
+        changed += 1
+        total += d * d if norm == 1 else d
+        top = max(top, d)
+    for g in range(gcost.shape[0]):
+        for j in range(gstart[g], gstart[g + 1]):
+            if p[gcols[j]] != x[gcols[j]]:
+                d = gcost[g]
+                changed += 1
+                total += d * d if norm == 1 else d
+                top = max(top, d)
+                break
+    if norm == 3:
+        return float(changed)
+    if norm == 1:
+        return math.sqrt(total)
+    return top if norm == 2 else total
+
+
 # --------------------------------------------------------------------------------------
 # options and result assembly
 # --------------------------------------------------------------------------------------
@@ -402,26 +431,6 @@ def _finish(norm: str, acc: float) -> float:
     return math.sqrt(acc) if norm == "l2" else float(acc)
 
 
-def point_distance(x: np.ndarray, p: np.ndarray, opts: QueryOptions) -> float:
-    """Distance between two legal points of shape (m,) under ``opts`` (weights, norm,
-    one-hot groups: a changed group costs its switching cost, and counts once in l0)."""
-    plain = opts.gcol < 0
-    d = (opts.weights * np.abs(p - x))[plain]
-    changed = np.count_nonzero(p[plain] != x[plain])
-    for g in range(opts.gcost.shape[0]):
-        cols = opts.gcols[opts.gstart[g]:opts.gstart[g + 1]]
-        if np.any(p[cols] != x[cols]):
-            d = np.append(d, opts.gcost[g])
-            changed += 1
-    if opts.norm == "l0":
-        return float(changed)
-    if opts.norm == "l1":
-        return float(d.sum())
-    if opts.norm == "l2":
-        return float(np.sqrt((d * d).sum()))
-    return float(d.max(initial=0.0))
-
-
 def assemble(
     maps: CounterfactualMaps,
     x: np.ndarray,
@@ -453,7 +462,8 @@ def assemble(
             pick = next(i for i in range(len(cols)) if may1[i] and np.all(np.delete(may0, i)))
         p[cols] = 0.0
         p[cols[pick]] = 1.0
-    cfd = point_distance(x, p, opts)
+    cfd = _point_distance(x, p, opts.weights, opts.norm_code, opts.gcol, opts.gstart,
+                          opts.gcols, opts.gcost)
     return Found(
         x=p,
         distance=float(distance),
@@ -612,21 +622,13 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     radius = np.inf
     if opts.norm != "l0" and _has_mixed(maps):
         radius = DEEPEN_START * _typical_width(maps, opts.weights)
-    popped = evaluated = refined = 0
-    for rnd in range(DEEPEN_ROUNDS + 1):
-        if rnd == DEEPEN_ROUNDS:
-            radius = np.inf
-        call: tuple[Any, ...] = (*args, radius * radius if opts.norm == "l2" else radius)
-        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, rf, complete = best_first(*call)
-        popped, evaluated, refined = popped + kp, evaluated + ev, refined + rf
-        if not complete:
-            raise MapsError(
-                "this query reaches too far into regions the build left unresolved; rebuild "
-                "the maps with a larger budget (max_seconds / max_rectangles)"
-            )
-        if c_d.size >= opts.k or radius == np.inf:
-            break  # the k best lie below the bound: exact
-        radius *= DEEPEN_GROWTH
+    call: tuple[Any, ...] = (*args, radius, DEEPEN_GROWTH, DEEPEN_ROUNDS)
+    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(*call)
+    if not complete:
+        raise MapsError(
+            "this query reaches too far into regions the build left unresolved; rebuild "
+            "the maps with a larger budget (max_seconds / max_rectangles)"
+        )
     cands = [(float(d), c_lo[i], c_hi[i], int(c_lab[i])) for i, d in enumerate(c_d)]
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
