@@ -32,6 +32,12 @@ nearer to certifying; otherwise the exact class of its centre cell), and it is
 Only entries nearer than the current k-th best are ever touched, so a query pays for the
 part of a mixed region between it and its answer, not for the whole region. Single cells
 whose scores nearly tie are handed back to the caller, which labels them with the model.
+
+The k-th best starts at a bound: :func:`best_first` deepens rounds of
+:func:`_bounded_search` over a growing radius, and under a finite bound every popped box
+is first clipped to the cells that may lie nearer (:func:`_clip_to_ball`). Without it the
+bound stays infinite until the first candidate, which is usually the answer, and every
+mixed box nearer than the answer is peeled split by split.
 """
 
 from __future__ import annotations
