@@ -96,15 +96,14 @@ def _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
     if norm > 2:
         return
     m = x.shape[0]
-    tot = 0.0
-    for f in range(m):
+    tot = 0.0  # the box's own key (l1, l2); linf needs none, each feature's room is bound
+    for f in range(m if norm != 2 else 0):
         if gcol[f] >= 0:
             continue  # a group's cost is not a per-column gap; 0 is a lower bound
         tf = _gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
-        if norm == 0:
-            tot += tf
-        elif norm == 1:
-            tot += tf * tf
+        tot += tf if norm == 0 else tf * tf
+    # A feature's own term never changes when the cells beyond the bound go (its nearest
+    # cell stays), so recomputing it below matches the sum above.
     for f in range(m):
         if gcol[f] >= 0 or w[f] <= 0.0:
             continue
@@ -167,7 +166,7 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete).
     """
-    far = _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gstart, gcost)
+    far = _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost)
     kd_pops = 0
     evaluated = 0
     pops = 0
@@ -190,7 +189,7 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
 
 
 @njit(cache=True, nogil=True)
-def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gstart, gcost):
+def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
     """Largest distance from ``x`` to a point of the domain inside the constraint box
     (``inf`` when the domain is unbounded along a feature); group switches at full cost."""
     total = 0.0
