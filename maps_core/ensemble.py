@@ -24,23 +24,44 @@ from .exceptions import InvalidQueryError
 
 
 @njit(cache=True, nogil=True)
-def _scores(X32, nf, thr, nl, nr, nv, roots, base):
-    """``base + sum over trees of the leaf values`` per row, trees added in order."""
-    n = X32.shape[0]
-    c = base.shape[0]
-    out = np.empty((n, c))
-    for i in range(n):
-        for k in range(c):
-            out[i, k] = base[k]
-        for r in range(roots.shape[0]):
-            node = roots[r]
-            while nf[node] >= 0:
-                if X32[i, nf[node]] <= thr[node]:
-                    node = nl[node]
-                else:
-                    node = nr[node]
-            for k in range(c):
-                out[i, k] += nv[node, k]
+def _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, out):
+    """``base + sum over trees of the leaf values`` of row ``i`` of ``X`` into ``out``
+    (shape (n_classes,)), trees added in order; the model compares float32(x)."""
+    for k in range(base.shape[0]):
+        out[k] = base[k]
+    for r in range(roots.shape[0]):
+        node = roots[r]
+        while nf[node] >= 0:
+            if np.float64(np.float32(X[i, nf[node]])) <= thr[node]:
+                node = nl[node]
+            else:
+                node = nr[node]
+        for k in range(base.shape[0]):
+            out[k] += nv[node, k]
+
+
+@njit(cache=True, nogil=True)
+def _scores(X, nf, thr, nl, nr, nv, roots, base):
+    """Class scores of every row of ``X`` (shape (n, m)), shape (n, n_classes)."""
+    out = np.empty((X.shape[0], base.shape[0]))
+    for i in range(X.shape[0]):
+        _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, out[i])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _predict(X, nf, thr, nl, nr, nv, roots, base, tie_high):
+    """Class index of every row of ``X`` (shape (n, m)): the argmax of its scores, ties
+    to the lowest index (the highest with ``tie_high``)."""
+    out = np.empty(X.shape[0], dtype=np.int64)
+    s = np.empty(base.shape[0])
+    for i in range(X.shape[0]):
+        _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, s)
+        top = 0
+        for k in range(1, s.shape[0]):
+            if s[k] > s[top] or (tie_high and s[k] == s[top]):
+                top = k
+        out[i] = top
     return out
 
 
@@ -127,17 +148,20 @@ class FlatEnsemble:
         ----------
         X : array-like of shape (n_samples, n_features)
         """
+        X = self._checked(X)
+        # The model compares float32(x) with float64 thresholds. One compiled pass per row
+        # (a Python loop over trees cost ~10 ms per row on 100 trees); the summation order
+        # (base, then the trees in order) is kept whatever the layout of X.
+        return _scores(X, self.node_feature, self.node_threshold, self.node_left,
+                       self.node_right, self.node_value, self.roots, self.base)
+
+    def _checked(self, X: Any) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise InvalidQueryError(
                 f"expected an array of shape (n, {self.n_features}), got {X.shape}", "X"
             )
-        # The model compares float32(x) with float64 thresholds. One compiled pass per row
-        # (a Python loop over trees cost ~10 ms per row on 100 trees); the summation order
-        # (base, then the trees in order) is unchanged.
-        X32 = np.ascontiguousarray(X.astype(np.float32).astype(np.float64))
-        return _scores(X32, self.node_feature, self.node_threshold, self.node_left,
-                       self.node_right, self.node_value, self.roots, self.base)
+        return X
 
     def predict_index(self, X: np.ndarray) -> np.ndarray:
         """Predicted class indices, shape (n_samples,).
@@ -146,7 +170,6 @@ class FlatEnsemble:
         the last bit; the extraction therefore never relies on it for near-ties (it asks
         the model itself there).
         """
-        s = self.decision_scores(X)
-        if self.tie_break == "high":
-            return s.shape[1] - 1 - np.argmax(s[:, ::-1], axis=1)
-        return np.argmax(s, axis=1)
+        return _predict(self._checked(X), self.node_feature, self.node_threshold,
+                        self.node_left, self.node_right, self.node_value, self.roots,
+                        self.base, self.tie_break == "high")

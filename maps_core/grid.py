@@ -63,6 +63,37 @@ def _cells(A, integral, thr_values, thr_offsets):
     return out
 
 
+@njit(cache=True, nogil=True)
+def _violation(A, dom_lower, dom_upper, integral):
+    """First illegal entry of ``A`` (shape (n, m)) as (kind, row, column), kind 0 when
+    every entry is legal. Kinds by precedence (the first of the highest kind anywhere
+    wins, entries in row-major order): 1 not finite, 2 below the domain, 3 above it,
+    4 fractional on an integral feature. One pass instead of a dozen array operations
+    (a single query paid ~8 us for them)."""
+    n, m = A.shape
+    best = 5
+    bi = 0
+    bj = 0
+    for i in range(n):
+        for f in range(m):
+            v = A[i, f]
+            if not np.isfinite(v):
+                kind = 1
+            elif v < dom_lower[f]:
+                kind = 2
+            elif v > dom_upper[f]:
+                kind = 3
+            elif integral[f] and v != math.floor(v):
+                kind = 4
+            else:
+                continue
+            if kind < best:
+                best, bi, bj = kind, i, f
+                if kind == 1:
+                    return best, bi, bj
+    return (0 if best == 5 else best), bi, bj
+
+
 @dataclass(frozen=True, eq=False)
 class Grid:
     """Canonical thresholds, cell bounds and the ensemble's nodes as cut indices.
@@ -178,23 +209,22 @@ class Grid:
 
     # -- points <-> cells -----------------------------------------------------------------
     def check_domain(self, A: np.ndarray, names: Sequence[str]) -> None:
-        """Raise :class:`InvalidQueryError` if a row of ``A`` leaves the legal domain."""
-        below = A < self.dom_lower
-        above = A > self.dom_upper
-        frac = self.integral & (A != np.round(A))
-        for mask, what in ((below, "below"), (above, "above")):
-            if mask.any():
-                i, j = np.argwhere(mask)[0]
-                raise InvalidQueryError(
-                    f"feature {names[j]!r} = {A[i, j]} is {what} its legal range "
-                    f"[{self.dom_lower[j]}, {self.dom_upper[j]}]",
-                    names[j],
-                )
-        if frac.any():
-            i, j = np.argwhere(frac)[0]
-            raise InvalidQueryError(
-                f"feature {names[j]!r} = {A[i, j]} must be an integer", names[j]
-            )
+        """Raise :class:`InvalidQueryError` naming the first illegal entry of ``A`` (shape
+        (n, n_features)): not finite, outside the legal domain, or fractional on an
+        integral feature."""
+        kind, i, j = _violation(A, self.dom_lower, self.dom_upper, self.integral)
+        if kind == 0:
+            return
+        v = A[i, j]
+        if kind == 1:
+            msg = f"feature {names[j]!r} is {v} (values must be finite)"
+        elif kind == 4:
+            msg = f"feature {names[j]!r} = {v} must be an integer"
+        else:
+            what = "below" if kind == 2 else "above"
+            msg = (f"feature {names[j]!r} = {v} is {what} its legal range "
+                   f"[{self.dom_lower[j]}, {self.dom_upper[j]}]")
+        raise InvalidQueryError(msg, names[j])
 
     def cells_of(self, A: np.ndarray) -> np.ndarray:
         """Cell index per feature of every row, shape (n_samples, n_features), int32.

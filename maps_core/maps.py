@@ -173,14 +173,7 @@ class CounterfactualMaps:
                 f"{A.shape}",
                 "instance",
             )
-        bad = ~np.isfinite(A)
-        if bad.any():
-            i, j = np.argwhere(bad)[0]
-            raise InvalidQueryError(
-                f"feature {self.feature_names[j]!r} is {A[i, j]} (values must be finite)",
-                self.feature_names[j],
-            )
-        self.grid.check_domain(A, self.feature_names)
+        self.grid.check_domain(A, self.feature_names)  # finite, legal, integral where due
         return A
 
     def predict_index(self, X: Any) -> np.ndarray:

@@ -30,6 +30,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from numba import njit
 
 from .distance import _rect_dist
 from .exceptions import InvalidQueryError, MapsError
+from .grid import _cells
 from .lazy import best_first
 from .partition import MIXED, Kernel, refine_region
 
@@ -50,12 +52,21 @@ NORMS = {"l1": 0, "l2": 1, "linf": 2, "l0": 3}
 # numba kernels
 # --------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
-def _locate(P, C, node_lo, node_hi, left, right, start, end, order, class_root, rlo, rhi):
-    """Rectangle containing each row: ``P`` model-view points, ``C`` their cell indices."""
-    n, m = P.shape
+def _locate(A, integral, dom_lower, dom_upper, thr_values, thr_offsets, node_lo, node_hi, left,
+            right, start, end, order, class_root, rlo, rhi):
+    """Rectangle containing each row of ``A`` (shape (n, m)), -1 where none does."""
+    n, m = A.shape
+    C = _cells(A, integral, thr_values, thr_offsets)
+    P = np.empty(m)  # the row as the model sees it, inside the domain
     out = np.full(n, -1, dtype=np.int64)
     stack = np.empty(256, dtype=np.int64)
     for i in range(n):
+        for f in range(m):
+            # The model's view of a continuous value is float32(x), which may sit a
+            # fraction of an ulp outside a domain bound that is not a float32; its cell is
+            # still the edge one.
+            v = A[i, f] if integral[f] else np.float64(np.float32(A[i, f]))
+            P[f] = min(max(v, dom_lower[f]), dom_upper[f])
         found = -1
         for c in range(class_root.shape[0]):
             if class_root[c] < 0 or found >= 0:
@@ -68,7 +79,7 @@ def _locate(P, C, node_lo, node_hi, left, right, start, end, order, class_root, 
                 nd = stack[sp]
                 inside = True
                 for f in range(m):
-                    if P[i, f] < node_lo[nd, f] or P[i, f] > node_hi[nd, f]:
+                    if P[f] < node_lo[nd, f] or P[f] > node_hi[nd, f]:
                         inside = False
                         break
                 if not inside:
@@ -218,6 +229,9 @@ class QueryOptions:
     gstart: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     gcols: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     gcost: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    # Median weighted feature width (see _typical_width): the scale of the first
+    # deepening bound on maps with mixed regions.
+    scale: float = 1.0
 
     @property
     def norm_code(self) -> int:
@@ -232,11 +246,18 @@ class QueryOptions:
         """Box every counterfactual of ``x`` must lie in, two arrays of shape (m,)."""
         cmin = self.lower.copy()
         cmax = self.upper.copy()
-        inc = (self.direction > 0) | self.immutable
-        dec = (self.direction < 0) | self.immutable
-        cmin[inc] = np.maximum(cmin[inc], x[inc])
-        cmax[dec] = np.minimum(cmax[dec], x[dec])
+        inc, dec = self._pinned
+        if inc.size:
+            cmin[inc] = np.maximum(cmin[inc], x[inc])
+        if dec.size:
+            cmax[dec] = np.minimum(cmax[dec], x[dec])
         return cmin, cmax
+
+    @cached_property
+    def _pinned(self) -> tuple[np.ndarray, np.ndarray]:
+        """Features that may not decrease, and those that may not increase."""
+        return (np.flatnonzero((self.direction > 0) | self.immutable),
+                np.flatnonzero((self.direction < 0) | self.immutable))
 
 
 def categories(opts: QueryOptions, A: np.ndarray) -> np.ndarray:
@@ -397,6 +418,7 @@ def _make_options(
         gstart=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
         gcols=np.array([j for g in names for j in groups[g]], dtype=np.int64),
         gcost=np.array([costs[g] for g in names], dtype=np.float64),
+        scale=_typical_width(maps, w),
     )
 
 
@@ -445,8 +467,8 @@ def assemble(
     """Region of a rectangle clipped to the constraints, and the point to return in it."""
     g = maps.grid
     p, lower, upper, lcl, ucl = _place(
-        x, np.ascontiguousarray(lo_cells, dtype=np.int64),
-        np.ascontiguousarray(hi_cells, dtype=np.int64), cmin, cmax, g.cell_offsets,
+        x, np.ascontiguousarray(lo_cells, dtype=np.int32),
+        np.ascontiguousarray(hi_cells, dtype=np.int32), cmin, cmax, g.cell_offsets,
         g.cell_lower, g.cell_upper, g.cell_lower_closed, g.cell_upper_closed, g.integral,
     )
     # One-hot groups: stay on x's category when the region allows it, otherwise take the
@@ -488,14 +510,9 @@ def _arrays(maps: CounterfactualMaps) -> tuple[Any, ...]:
 
 def locate_rect(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
     """Id of the rectangle containing each row of ``A`` (shape (n, m)), shape (n,)."""
-    g = maps.grid
-    # The model's view of a continuous value is float32(x), which may sit a fraction of
-    # an ulp outside a domain bound that is not a float32; its cell is still the edge one.
-    P = np.where(g.integral, A, A.astype(np.float32).astype(np.float64))
-    P = np.clip(P, g.dom_lower, g.dom_upper)
-    C = g.cells_of(A)
-    ix, part = maps.index, maps.partition
-    return _locate(P, C, ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
+    g, ix, part = maps.grid, maps.index, maps.partition
+    return _locate(A, g.integral, g.dom_lower, g.dom_upper, g.thr_values, g.thr_offsets,
+                   ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
                    ix.class_root, part.lo, part.hi)
 
 
@@ -623,7 +640,7 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     )
     radius = np.inf
     if opts.norm != "l0" and _has_mixed(maps):
-        radius = DEEPEN_START * _typical_width(maps, opts.weights)
+        radius = DEEPEN_START * opts.scale
     call: tuple[Any, ...] = (*args, radius, DEEPEN_GROWTH, DEEPEN_ROUNDS)
     c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(*call)
     if not complete:
@@ -631,13 +648,14 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
             "this query reaches too far into regions the build left unresolved; rebuild "
             "the maps with a larger budget (max_seconds / max_rectangles)"
         )
-    cands = [(float(d), c_lo[i], c_hi[i], int(c_lab[i])) for i, d in enumerate(c_d)]
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
-        cands += [(float(t_d[i]), t_lo[i], t_hi[i], int(t_lab[i]))
-                  for i in range(t_d.size) if tmask[t_lab[i]]]
-    cands.sort(key=lambda t: t[0])
-    del cands[opts.k:]
+        keep = tmask[t_lab]
+        c_lo, c_hi = np.concatenate([c_lo, t_lo[keep]]), np.concatenate([c_hi, t_hi[keep]])
+        c_lab, c_d = np.concatenate([c_lab, t_lab[keep]]), np.concatenate([c_d, t_d[keep]])
+    # candidates are a superset of the k best, in the order found
+    cands = [(float(c_d[i]), c_lo[i], c_hi[i], int(c_lab[i]))
+             for i in np.argsort(c_d, kind="stable")[:opts.k]]
     out = SearchOutput(
         prediction=pred, nodes_popped=int(popped), rectangles_evaluated=int(evaluated),
         regions_refined=refined,
