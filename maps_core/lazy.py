@@ -47,7 +47,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .distance import _box_dist, _pop, _push, _rect_dist
+from .distance import NO_NRT, _box_dist, _pop, _push, _rect_dist
 from .partition import (
     SWEEP_REACH,
     _bounds_on,
@@ -81,7 +81,7 @@ def _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, lab, d):
     return c_lo, c_hi, c_lab, c_d, n_c + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(**NO_NRT)
 def _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
     """Drop the end cells of the box ``lo..hi`` (updated in place) that lie at least
     ``bound`` (accumulated form) from ``x`` whatever the other features.
@@ -123,7 +123,7 @@ def _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
             lo[f] += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(**NO_NRT)
 def _gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
     """Weighted distance from ``x[f]`` to the cells ``lo_f..hi_f`` of feature ``f``."""
     a = clow[coff[f] + lo_f]
@@ -188,7 +188,7 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
     raise AssertionError("unreachable: the last round is unbounded")
 
 
-@njit(cache=True, nogil=True)
+@njit(**NO_NRT)
 def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
     """Largest distance from ``x`` to a point of the domain inside the constraint box
     (``inf`` when the domain is unbounded along a feature); group switches at full cost."""
