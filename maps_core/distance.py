@@ -7,6 +7,7 @@ enlarging an interval, which keeps every key an admissible bound), and a binary 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -18,7 +19,7 @@ from numba import njit
 # call paid one atomic increment and decrement per array. ``_rect_dist`` costs 67 ns a
 # call without them against 297 ns with them; on PD the counting took ~18% of the
 # mixed-region search (perf).
-NO_NRT = {"cache": True, "nogil": True, "_nrt": False}
+NO_NRT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
 
 
 @njit(cache=True, nogil=True, inline="always")
