@@ -156,15 +156,10 @@ def _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, 
     return np.inf if d >= bound else d
 
 
-@njit(cache=True, nogil=True)
+@njit(**NO_NRT)
 def _push(keys, vals, n, key, val):
-    if n >= keys.shape[0]:
-        k2 = np.empty(2 * keys.shape[0])
-        v2 = np.empty(2 * keys.shape[0], dtype=np.int64)
-        k2[:n] = keys[:n]
-        v2[:n] = vals[:n]
-        keys = k2
-        vals = v2
+    """Add ``key``, ``val`` to the binary heap of ``n`` entries (room for one more is the
+    caller's job); returns the new size."""
     i = n
     keys[i] = key
     vals[i] = val
@@ -175,7 +170,7 @@ def _push(keys, vals, n, key, val):
         keys[p], keys[i] = keys[i], keys[p]
         vals[p], vals[i] = vals[i], vals[p]
         i = p
-    return keys, vals, n + 1
+    return n + 1
 
 
 @njit(**NO_NRT)

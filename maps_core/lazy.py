@@ -135,18 +135,13 @@ def _gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
     return 0.0
 
 
-@njit(cache=True, nogil=True)
-def _slot(blo, bhi, bstart, bcs, free, n_free, n_used):
-    """A free slot for a pending box: a recycled one, else a new one (arrays grown)."""
+@njit(**NO_NRT)
+def _slot(free, n_free, n_used):
+    """A slot for a pending box: a recycled one, else the next new one (the caller has
+    made room). Returns (slot, n_free, n_used)."""
     if n_free > 0:
-        return free[n_free - 1], blo, bhi, bstart, bcs, free, n_free - 1, n_used
-    if n_used >= blo.shape[0]:
-        blo = _grow(blo, n_used + 1)
-        bhi = _grow(bhi, n_used + 1)
-        bstart = _grow(bstart, n_used + 1)
-        bcs = _grow(bcs, n_used + 1)
-        free = _grow(free, n_used + 1)
-    return n_used, blo, bhi, bstart, bcs, free, n_free, n_used + 1
+        return free[n_free - 1], n_free - 1, n_used
+    return n_used, n_free, n_used + 1
 
 
 @njit(cache=True, nogil=True)
@@ -239,8 +234,8 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     free = np.empty(64, dtype=np.int64)
     n_free = 0
     n_used = 0
-    keys = np.empty(64)
-    vals = np.empty(64, dtype=np.int64)
+    keys = np.empty(max(64, class_root.shape[0]))
+    vals = np.empty(keys.shape[0], dtype=np.int64)
     n = 0
     a0 = np.empty(m, dtype=np.bool_)
     a1 = np.empty(m, dtype=np.bool_)
@@ -251,7 +246,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
             d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[nd], node_hi[nd], gcol,
                           gstart, gcols, gcost, xcat, a0, a1)
             if d < np.inf:
-                keys, vals, n = _push(keys, vals, n, d, -1 - (2 * nd + owner))
+                n = _push(keys, vals, n, d, -1 - (2 * nd + owner))
             owner = 0
     c_lo = np.empty((16, m), dtype=np.int32)
     c_hi = np.empty((16, m), dtype=np.int32)
@@ -290,6 +285,21 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
         d, s, n = _pop(keys, vals, n)
         if d >= best[k - 1]:
             break
+        # Room first for every entry this pop may add (two children, or a KD leaf's
+        # rectangles): the pushes below then return no arrays, whose reference counting
+        # numba could not prune (see distance.NO_NRT).
+        need = 2
+        if s < 0 and left[(-1 - s) >> 1] < 0:
+            need = max(2, kend[(-1 - s) >> 1] - kstart[(-1 - s) >> 1])
+        if n + need > keys.shape[0]:
+            keys = _grow(keys, n + need)
+            vals = _grow(vals, n + need)
+        if n_free < need and n_used + need > blo.shape[0]:
+            blo = _grow(blo, n_used + need)
+            bhi = _grow(bhi, n_used + need)
+            bstart = _grow(bstart, n_used + need)
+            bcs = _grow(bcs, n_used + need)
+            free = _grow(free, n_used + need)
         if s < 0:
             kd_pops += 1
             nd = (-1 - s) >> 1
@@ -299,7 +309,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                     dd = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[ch], node_hi[ch],
                                    gcol, gstart, gcols, gcost, xcat, a0, a1)
                     if dd < best[k - 1]:
-                        keys, vals, n = _push(keys, vals, n, dd, -1 - (2 * ch + own))
+                        n = _push(keys, vals, n, dd, -1 - (2 * ch + own))
                 continue
             for i in range(kstart[nd], kend[nd]):
                 r = order[i]
@@ -315,13 +325,12 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                     c_lo, c_hi, c_lab, c_d, n_c = _keep(best, c_lo, c_hi, c_lab, c_d, n_c,
                                                         rlo[r], rhi[r], lab, dd)
                     continue
-                s2, blo, bhi, bstart, bcs, free, n_free, n_used = _slot(
-                    blo, bhi, bstart, bcs, free, n_free, n_used)
+                s2, n_free, n_used = _slot(free, n_free, n_used)
                 blo[s2] = rlo[r]
                 bhi[s2] = rhi[r]
                 bstart[s2] = roots
                 bcs[s2] = base
-                keys, vals, n = _push(keys, vals, n, dd, s2)
+                n = _push(keys, vals, n, dd, s2)
             continue
         if pops >= max_pops:
             complete = False
@@ -404,13 +413,12 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                                     cupp, clcl, best[k - 1], gcol, gstart, gcols, gcost, xcat,
                                     a0, a1)
                     if dd < best[k - 1]:
-                        s2, blo, bhi, bstart, bcs, free, n_free, n_used = _slot(
-                            blo, bhi, bstart, bcs, free, n_free, n_used)
+                        s2, n_free, n_used = _slot(free, n_free, n_used)
                         blo[s2] = nlo
                         bhi[s2] = nhi
                         bstart[s2] = start
                         bcs[s2] = cs
-                        keys, vals, n = _push(keys, vals, n, dd, s2)
+                        n = _push(keys, vals, n, dd, s2)
                     continue
                 # Trees now constant fold into cs, the others move down to their
                 # root-most undecided node; split at one of these nodes' cuts. Cut where
@@ -469,8 +477,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                     f = nf[start[bt]]
                     cut = ncut[start[bt]]
                     for side in range(2):
-                        s2, blo, bhi, bstart, bcs, free, n_free, n_used = _slot(
-                            blo, bhi, bstart, bcs, free, n_free, n_used)
+                        s2, n_free, n_used = _slot(free, n_free, n_used)
                         blo[s2] = lo
                         bhi[s2] = hi
                         if side == 0:
@@ -486,7 +493,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                             continue
                         bstart[s2] = start
                         bcs[s2] = cs
-                        keys, vals, n = _push(keys, vals, n, dd, s2)
+                        n = _push(keys, vals, n, dd, s2)
                     continue
         if tie:
             if n_t >= t_lo.shape[0]:
