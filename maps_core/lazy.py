@@ -271,6 +271,21 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     shared = np.zeros(coff[-1] + 1)  # summed spread per cut (cell boundary index)
     sw = _sweep_workspace(coff, m, c, max_depth_nodes)
     tfeat, tmin, rec = _bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
+    # Cells the constraint box may reach, per feature (closures meeting [cmin, cmax]: a
+    # superset, the exact test is _rect_dist's). Mixed regions enter the queue clipped to
+    # them, so the bounds and the cuts never deal with cells no answer can lie in: with
+    # immutable features, trees cut on them are decided at once (PD, 30% immutable).
+    klo = np.empty(m, dtype=np.int32)
+    khi = np.empty(m, dtype=np.int32)
+    for f in range(m):
+        j = coff[f]
+        while j < coff[f + 1] - 1 and cupp[j] < cmin[f]:
+            j += 1
+        klo[f] = j - coff[f]
+        j = coff[f + 1] - 1
+        while j > coff[f] and clow[j] > cmax[f]:
+            j -= 1
+        khi[f] = j - coff[f]
     lo = np.empty(m, dtype=np.int32)
     hi = np.empty(m, dtype=np.int32)
     nlo = np.empty(m, dtype=np.int32)
@@ -326,8 +341,9 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                                                         rlo[r], rhi[r], lab, dd)
                     continue
                 s2, n_free, n_used = _slot(free, n_free, n_used)
-                blo[s2] = rlo[r]
-                bhi[s2] = rhi[r]
+                for f in range(m):  # non-empty: the region meets the constraints (dd < inf)
+                    blo[s2, f] = max(rlo[r, f], klo[f])
+                    bhi[s2, f] = min(rhi[r, f], khi[f])
                 bstart[s2] = roots
                 bcs[s2] = base
                 n = _push(keys, vals, n, dd, s2)

@@ -660,20 +660,22 @@ def test_constraints_ending_on_a_threshold(suite: Suite, norm: str) -> None:
     assert n_checked > 0 or suite.model.__class__ is DecisionTreeClassifier
 
 
+@pytest.mark.parametrize("option", OPTIONS[1:])
 @pytest.mark.parametrize("norm", NORMS)
-def test_budgeted_maps_stay_exact_under_constraints(norm: str, deepening: str) -> None:
-    """Maps cut short by a rectangle budget keep mixed regions that queries refine on demand;
-    constrained answers must stay optimal, valid and inside the constraints."""
+def test_budgeted_maps_stay_exact_under_constraints(norm: str, option: str, deepening: str) -> None:
+    """Maps cut short by a rectangle budget keep mixed regions that queries refine on demand
+    (clipped to the cells the constraints allow); constrained answers must stay optimal,
+    valid and inside the constraints."""
     for cols, kind, seed in ((PLAIN, "rf", 3), (GROUPED, "et", 5)):
         X, y = make_data(cols, 3, seed)
         model = FACTORIES[kind](seed, 3).fit(X, y)
         maps = CounterfactualMaps.build(model, schema_of(cols), max_rectangles=20, on_budget="mixed")
         assert maps.stats.mixed_regions > 0
         suite = Suite(model, X, cols, maps, BruteForce(model, cols))
-        rng = np.random.default_rng(_seed("budget", norm, kind))
-        for x in suite.queries(rng):
+        rng = np.random.default_rng(_seed("budget", norm, option, kind))
+        for x in suite.queries(rng, n_rows=3):
             w = rng.uniform(0.2, 2.0, size=x.shape[0])
-            opts = random_options("combined", cols, x, rng)
+            opts = random_options(option, cols, x, rng)
             for target in suite.targets(x):
                 check_result(maps, suite.bf, x, target, opts, w, norm, rng, k=2)
 
