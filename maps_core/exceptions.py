@@ -20,7 +20,8 @@ class SchemaError(MapsError, ValueError):
 
 
 class BudgetExceededError(MapsError):
-    """Extraction ran out of its rectangle or time budget and was told to stop."""
+    """A budget ran out: extraction's rectangles or time (when told to stop), or a query's
+    search inside the mixed regions a budgeted build left (``query.MAX_MIXED_POPS``)."""
 
 
 class ArtifactError(MapsError):

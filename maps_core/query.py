@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit
 
 from .distance import _rect_dist
-from .exceptions import InvalidQueryError, MapsError
+from .exceptions import BudgetExceededError, InvalidQueryError
 from .grid import _cells
 from .lazy import best_first
 from .partition import MIXED, Kernel, refine_region
@@ -572,7 +572,7 @@ def _piece_holding(
 
 
 # Boxes a query may pop inside mixed regions before giving up (exactness is never traded:
-# a query that needs more fails with MapsError, suggesting a larger build budget).
+# a query that needs more fails with BudgetExceededError, suggesting a larger build budget).
 MAX_MIXED_POPS = 5_000_000
 
 # Iterative deepening on maps with mixed regions: a search bounded by a distance clips
@@ -644,9 +644,10 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     call: tuple[Any, ...] = (*args, radius, DEEPEN_GROWTH, DEEPEN_ROUNDS)
     c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(*call)
     if not complete:
-        raise MapsError(
-            "this query reaches too far into regions the build left unresolved; rebuild "
-            "the maps with a larger budget (max_seconds / max_rectangles)"
+        raise BudgetExceededError(
+            f"this query needed more than {MAX_MIXED_POPS:,} boxes of the regions the build "
+            "left unresolved; rebuild the maps with a larger budget (max_seconds / "
+            "max_rectangles)"
         )
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))

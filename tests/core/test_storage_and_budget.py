@@ -135,6 +135,25 @@ def test_mixed_search_matches_complete_maps(budgeted, norm, deepening):
     assert refined > 0
 
 
+def test_query_budget_in_mixed_regions(budgeted, monkeypatch):
+    """A query that would pop more mixed-region boxes than the search allows fails with
+    BudgetExceededError (the service's 422 budget_exceeded), not a generic error."""
+    import maps_core.query
+
+    model, X, _, part = budgeted
+    monkeypatch.setattr(maps_core.query, "MAX_MIXED_POPS", 1)
+    stuck = 0
+    for x in X[:25]:
+        try:
+            r = part.counterfactual(x, norm="l2")
+        except BudgetExceededError as exc:
+            assert "rebuild the maps with a larger budget" in str(exc)
+            stuck += 1
+        else:
+            assert model.predict(r.best.x[None])[0] == r.target
+    assert stuck > 0
+
+
 def test_k_best_with_mixed_regions_are_distinct_and_exact(built, deepening):
     """A mixed region is indexed under every class: with the target omitted (several
     target classes) it is met more than once, yet it must be searched once, and the k
