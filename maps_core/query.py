@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -282,13 +282,11 @@ def categories(opts: QueryOptions, A: np.ndarray) -> np.ndarray:
     return out
 
 
-def _by_feature(maps: CounterfactualMaps, value: Any, what: str) -> dict[int, Any]:
-    if value is None:
-        return {}
+def _by_feature(names: Sequence[str], value: Any, what: str) -> dict[int, Any]:
+    """``value`` (an object keyed by feature name) keyed by feature position instead."""
     if not isinstance(value, Mapping):
         raise InvalidQueryError(f"{what} must be an object keyed by feature name", what)
     out = {}
-    names = maps.feature_names
     for name, v in value.items():
         if name not in names:
             raise InvalidQueryError(f"{what}: unknown feature {name!r}", name)
@@ -312,108 +310,113 @@ def make_options(
         raise InvalidQueryError(f"norm must be one of {sorted(NORMS)}, got {norm!r}", "norm")
     if not isinstance(k, int | np.integer) or isinstance(k, bool) or not 1 <= k <= 1000:
         raise InvalidQueryError("k must be an integer between 1 and 1000", "k")
-    if weights is None and immutable is None and direction is None and bounds is None and (
-        group_costs is None
-    ):
-        # The schema's defaults: built once per maps, norm and k (about 0.1 ms a query).
-        # Every query shares these arrays and none writes them (they stay writeable: a
-        # read-only flag would make numba compile a second variant of every kernel).
-        cache = maps.__dict__.setdefault("_default_options", {})
-        opts = cache.get((norm, int(k)))
-        if opts is None:
-            opts = cache.setdefault(
-                (norm, int(k)), _make_options(maps, norm, None, None, None, None, int(k), None)
-            )
-        return opts
-    return _make_options(maps, norm, weights, immutable, direction, bounds, int(k), group_costs)
-
-
-def _make_options(
-    maps: CounterfactualMaps,
-    norm: str,
-    weights: Mapping[str, float] | Sequence[float] | np.ndarray | None,
-    immutable: Sequence[str] | None,
-    direction: Mapping[str, str] | None,
-    bounds: Mapping[str, Sequence[float | None]] | None,
-    k: int,
-    group_costs: Mapping[str, float] | None,
-) -> QueryOptions:
-    m = maps.n_features
-    schema = maps.schema
-    w = schema.default_weights()
+    # The schema's defaults: built once per maps, norm and k (about 0.1 ms a query), then
+    # shared by every query. Custom options copy only the arrays they change, so none
+    # writes the shared ones (which stay writeable: a read-only flag would make numba
+    # compile a second variant of every kernel).
+    cache = maps.__dict__.setdefault("_default_options", {})
+    base = cache.get((norm, int(k)))
+    if base is None:
+        base = cache.setdefault((norm, int(k)), _default_options(maps, norm, int(k)))
+    changes: dict[str, Any] = {}
+    names = maps.feature_names
     if weights is not None:
+        w = base.weights.copy()
         if isinstance(weights, Mapping):
-            for j, v in _by_feature(maps, weights, "weights").items():
+            for j, v in _by_feature(names, weights, "weights").items():
                 w[j] = v
         else:
-            arr = np.asarray(weights, dtype=np.float64)
-            if arr.shape != (m,):
-                raise InvalidQueryError(f"weights must have {m} entries", "weights")
-            w = arr.copy()
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise InvalidQueryError("weights must be finite and non-negative", "weights")
-    imm = np.array([not f.mutable for f in schema], dtype=bool)
+            w = np.array(weights, dtype=np.float64)
+            if w.shape != (maps.n_features,):
+                raise InvalidQueryError(f"weights must have {maps.n_features} entries", "weights")
+        _check_weights(w)
+        changes.update(weights=w, scale=_typical_width(maps, w))
     if immutable is not None:
         if isinstance(immutable, str) or not isinstance(immutable, Sequence):
             raise InvalidQueryError("immutable must be a list of feature names", "immutable")
+        imm = base.immutable.copy()
         for name in immutable:
-            if name not in maps.feature_names:
+            if name not in names:
                 raise InvalidQueryError(f"immutable: unknown feature {name!r}", str(name))
-            imm[maps.feature_names.index(name)] = True
-    dirs = np.array(
-        [{"any": 0, "increase": 1, "decrease": -1}[f.direction] for f in schema], dtype=np.int8
-    )
-    for j, v in _by_feature(maps, direction, "direction").items():
-        if v not in ("any", "increase", "decrease"):
-            raise InvalidQueryError(
-                f"direction of {maps.feature_names[j]!r} must be any, increase or decrease",
-                maps.feature_names[j],
-            )
-        dirs[j] = {"any": 0, "increase": 1, "decrease": -1}[v]
-    lower = maps.grid.dom_lower.copy()
-    upper = maps.grid.dom_upper.copy()
-    for j, v in _by_feature(maps, bounds, "bounds").items():
-        name = maps.feature_names[j]
-        try:
-            lo_v, hi_v = v
-            lo_f = -np.inf if lo_v is None else float(lo_v)
-            hi_f = np.inf if hi_v is None else float(hi_v)
-        except (TypeError, ValueError) as exc:
-            raise InvalidQueryError(
-                f"bounds of {name!r} must be [lower, upper] (numbers or null)", name
-            ) from exc
-        if math.isnan(lo_f) or math.isnan(hi_f) or lo_f > hi_f:
-            raise InvalidQueryError(f"bounds of {name!r} must satisfy lower <= upper", name)
-        lower[j] = max(lower[j], lo_f)
-        upper[j] = min(upper[j], hi_f)
-    groups = schema.groups()
-    names = tuple(groups)
-    costs = schema.default_group_costs()
+            imm[names.index(name)] = True
+        changes["immutable"] = imm
+    if direction is not None:
+        dirs = base.direction.copy()
+        for j, v in _by_feature(names, direction, "direction").items():
+            if v not in _DIRECTIONS:
+                raise InvalidQueryError(
+                    f"direction of {names[j]!r} must be any, increase or decrease", names[j]
+                )
+            dirs[j] = _DIRECTIONS[v]
+        changes["direction"] = dirs
+    if bounds is not None:
+        lower, upper = base.lower.copy(), base.upper.copy()
+        for j, v in _by_feature(names, bounds, "bounds").items():
+            name = names[j]
+            try:
+                lo_v, hi_v = v
+                lo_f = -np.inf if lo_v is None else float(lo_v)
+                hi_f = np.inf if hi_v is None else float(hi_v)
+            except (TypeError, ValueError) as exc:
+                raise InvalidQueryError(
+                    f"bounds of {name!r} must be [lower, upper] (numbers or null)", name
+                ) from exc
+            if math.isnan(lo_f) or math.isnan(hi_f) or lo_f > hi_f:
+                raise InvalidQueryError(f"bounds of {name!r} must satisfy lower <= upper", name)
+            lower[j] = max(lower[j], lo_f)
+            upper[j] = min(upper[j], hi_f)
+        changes.update(lower=lower, upper=upper)
     if group_costs is not None:
         if not isinstance(group_costs, Mapping):
             raise InvalidQueryError("group_costs must be an object keyed by group name", "group_costs")
+        gcost = base.gcost.copy()
         for gname, v in group_costs.items():
-            if gname not in groups:
+            if gname not in base.group_names:
                 raise InvalidQueryError(
-                    f"group_costs: unknown one-hot group {gname!r}; groups are {list(names)}",
+                    f"group_costs: unknown one-hot group {gname!r}; groups are "
+                    f"{list(base.group_names)}",
                     f"group_costs.{gname}",
                 )
+            g = base.group_names.index(gname)
             try:
-                costs[gname] = float(v)
+                gcost[g] = float(v)
             except (TypeError, ValueError) as exc:
                 raise InvalidQueryError(
                     f"cost of group {gname!r} must be a number", f"group_costs.{gname}"
                 ) from exc
-            if not math.isfinite(costs[gname]) or costs[gname] < 0:
+            if not math.isfinite(gcost[g]) or gcost[g] < 0:
                 raise InvalidQueryError(
                     f"cost of group {gname!r} must be finite and >= 0", f"group_costs.{gname}"
                 )
-    gcol = np.full(m, -1, dtype=np.int64)
+        changes["gcost"] = gcost
+    return replace(base, **changes) if changes else base
+
+
+_DIRECTIONS = {"any": 0, "increase": 1, "decrease": -1}
+
+
+def _check_weights(w: np.ndarray) -> None:
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise InvalidQueryError("weights must be finite and non-negative", "weights")
+
+
+def _default_options(maps: CounterfactualMaps, norm: str, k: int) -> QueryOptions:
+    """The options a query without any gets: everything from the maps' schema."""
+    schema = maps.schema
+    w = schema.default_weights()
+    _check_weights(w)
+    groups = schema.groups()
+    names = tuple(groups)
+    costs = schema.default_group_costs()
+    gcol = np.full(maps.n_features, -1, dtype=np.int64)
     for g, gname in enumerate(names):
         gcol[groups[gname]] = g
     sizes = [len(groups[g]) for g in names]
     return QueryOptions(
-        norm=norm, weights=w, immutable=imm, direction=dirs, lower=lower, upper=upper, k=int(k),
+        norm=norm, weights=w, k=k,
+        immutable=np.array([not f.mutable for f in schema], dtype=bool),
+        direction=np.array([_DIRECTIONS[f.direction] for f in schema], dtype=np.int8),
+        lower=maps.grid.dom_lower.copy(), upper=maps.grid.dom_upper.copy(),
         group_names=names, gcol=gcol,
         gstart=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
         gcols=np.array([j for g in names for j in groups[g]], dtype=np.int64),
