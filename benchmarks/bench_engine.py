@@ -21,6 +21,11 @@ queries that come back infeasible:
 Each dataset runs in its own subprocess so that peak memory is per dataset.
 
     python benchmarks/bench_engine.py [--datasets BC,CP,FI,PD] [--max-seconds 240]
+                                      [--max-rectangles 5000000]
+
+The build budgets default to the service's (``app.settings``: 5 million rectangles, which
+bounds a build's memory to a few GB); PD's build stops there with mixed regions, refined at
+query time. Without the rectangle cap PD's build grows until memory runs out.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 PAPER_T0 = {"BC": 8.8, "CP": 0.3, "FI": 1.6, "PD": 234.4}
+MAX_RECTANGLES = 5_000_000  # the service's default build budget (app.settings)
 
 
 def queries(Xte: np.ndarray, schema, n: int, rng) -> np.ndarray:
@@ -54,7 +60,7 @@ def queries(Xte: np.ndarray, schema, n: int, rng) -> np.ndarray:
     return np.vstack([Xte, extra])
 
 
-def run_one(name: str, max_seconds: float, n_queries: int) -> dict:
+def run_one(name: str, max_seconds: float, max_rectangles: int, n_queries: int) -> dict:
     from common import load
     from sklearn.ensemble import RandomForestClassifier
 
@@ -64,7 +70,8 @@ def run_one(name: str, max_seconds: float, n_queries: int) -> dict:
     model = RandomForestClassifier(n_estimators=100, max_depth=5, random_state=0).fit(Xtr, ytr)
     CounterfactualMaps.build(RandomForestClassifier(2, max_depth=2).fit(Xtr, ytr), schema)  # JIT warm-up
     t0 = time.perf_counter()
-    maps = CounterfactualMaps.build(model, schema, max_seconds=max_seconds)
+    maps = CounterfactualMaps.build(model, schema, max_seconds=max_seconds,
+                                    max_rectangles=max_rectangles)
     T0 = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as d:
         maps.save(Path(d) / "maps")
@@ -145,16 +152,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--datasets", default="CP,FI,BC,PD")
     ap.add_argument("--max-seconds", type=float, default=240.0)
+    ap.add_argument("--max-rectangles", type=int, default=MAX_RECTANGLES)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print(json.dumps(run_one(a.one, a.max_seconds, a.queries)))
+        print(json.dumps(run_one(a.one, a.max_seconds, a.max_rectangles, a.queries)))
         return
     rows = []
     for name in a.datasets.split(","):
         out = subprocess.run([sys.executable, __file__, "--one", name, "--max-seconds",
-                              str(a.max_seconds), "--queries", str(a.queries)],
+                              str(a.max_seconds), "--max-rectangles", str(a.max_rectangles),
+                              "--queries", str(a.queries)],
                              capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = rows[-1]
