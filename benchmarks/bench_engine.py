@@ -21,7 +21,10 @@ queries that come back infeasible:
 Each dataset runs in its own subprocess so that peak memory is per dataset.
 
     python benchmarks/bench_engine.py [--datasets BC,CP,FI,PD] [--max-seconds 240]
-                                      [--max-rectangles 5000000]
+                                      [--max-rectangles 5000000] [--out FILE]
+
+The tables are printed and written to ``benchmarks/results/engine.md`` (``--out``), with the
+machine, the commit and the load average.
 
 The build budgets default to the service's (``app.settings``: 5 million rectangles, which
 bounds a build's memory to a few GB); PD's build stops there with mixed regions, refined at
@@ -154,11 +157,16 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=240.0)
     ap.add_argument("--max-rectangles", type=int, default=MAX_RECTANGLES)
     ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--out", default=str(HERE / "results" / "engine.md"),
+                    help="markdown copy of the tables ('' for none)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         print(json.dumps(run_one(a.one, a.max_seconds, a.max_rectangles, a.queries)))
         return
+    from suite.env import describe, load_average
+
+    env = describe()
     rows = []
     for name in a.datasets.split(","):
         out = subprocess.run([sys.executable, __file__, "--one", name, "--max-seconds",
@@ -168,17 +176,36 @@ def main() -> None:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = rows[-1]
         print(f"# {name} done: T0={r['T0']:.2f}s", file=sys.stderr, flush=True)
-    print("| dataset | T0 (s) | paper T0 | rectangles/class | mixed | disk (MB) | peak RSS (MB) "
-          "| l1 p50/p99 (ms) | l2 p50/p99 (ms) | linf p50/p99 (ms) | model.predict 1 row (ms) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    lines = [
+        "# Engine benchmark",
+        "",
+        "Command: `python benchmarks/bench_engine.py` (see its docstring); one run, every "
+        "dataset in its own subprocess. RandomForestClassifier(100, max_depth=5, "
+        f"random_state=0), 80/20 split, declared schema; budgets {a.max_seconds:g} s and "
+        f"{a.max_rectangles:,} rectangles; {a.queries} queries per norm (the test rows, topped "
+        "up with uniform legal samples).",
+        "",
+        f"Machine: {env['nproc']} CPUs ({env['cpu']}), {env['ram_gb']} GB RAM, Python "
+        f"{env['python']}, numpy {env['versions']['numpy']}, scikit-learn "
+        f"{env['versions']['scikit-learn']}, numba {env['versions']['numba']}; date "
+        f"{env['date']}; git `{env['git']}`; load average at start {env['load_start']}, at "
+        f"end {load_average()}.",
+        "",
+        "| dataset | T0 (s) | paper T0 | rectangles/class | mixed | disk (MB) | peak RSS (MB) "
+        "| l1 p50/p99 (ms) | l2 p50/p99 (ms) | linf p50/p99 (ms) | model.predict 1 row (ms) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lat = " | ".join(f"{r['lat'][n][0]:.3f} / {r['lat'][n][1]:.3f}" for n in ("l1", "l2", "linf"))
-        print(f"| {r['dataset']} | {r['T0']:.2f} | {r['paper_T0']} | {r['rects']} | {r['mixed']} "
-              f"| {r['bytes'] / 1e6:.1f} | {r['peak_mb']:.0f} | {lat} | {r['predict_ms']:.3f} |")
-    print()
-    print("| dataset | case | l1 p50/p99 (ms) | l2 p50/p99 (ms) | linf p50/p99 (ms) "
-          "| p50 ratio to unconstrained (l1/l2/linf) | within 2x | infeasible |")
-    print("|---|---|---|---|---|---|---|---|")
+        lines.append(f"| {r['dataset']} | {r['T0']:.2f} | {r['paper_T0']} | {r['rects']} "
+                     f"| {r['mixed']} | {r['bytes'] / 1e6:.1f} | {r['peak_mb']:.0f} | {lat} "
+                     f"| {r['predict_ms']:.3f} |")
+    lines += [
+        "",
+        "| dataset | case | l1 p50/p99 (ms) | l2 p50/p99 (ms) | linf p50/p99 (ms) "
+        "| p50 ratio to unconstrained (l1/l2/linf) | within 2x | infeasible |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         cases = {"unconstrained": {"lat": r["lat"], "infeasible": None}, **r["constrained"]}
         for case, c in cases.items():
@@ -186,11 +213,16 @@ def main() -> None:
             ratios = [c["lat"][n][0] / r["lat"][n][0] for n in ("l1", "l2", "linf")]
             inf = "-" if c["infeasible"] is None else f"{100 * c['infeasible']:.1f}%"
             ok = "yes" if max(ratios) <= 2.0 else "NO"
-            print(f"| {r['dataset']} | {case} | {lat} | {' / '.join(f'{x:.2f}' for x in ratios)} "
-                  f"| {ok} | {inf} |")
+            lines.append(f"| {r['dataset']} | {case} | {lat} "
+                         f"| {' / '.join(f'{x:.2f}' for x in ratios)} | {ok} | {inf} |")
     for r in rows:
-        print(f"\n{r['dataset']} immutable 30%: {', '.join(r['constrained']['immutable 30%']['immutable'])}")
-
+        lines += ["", f"{r['dataset']} immutable 30%: "
+                  f"{', '.join(r['constrained']['immutable 30%']['immutable'])}"]
+    lines.append("")
+    print("\n".join(lines))
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text("\n".join(lines))
 
 if __name__ == "__main__":
     main()
