@@ -145,6 +145,31 @@ def _slot(free, n_free, n_used):
 
 
 @njit(cache=True, nogil=True)
+def _reachable_cells(cmin, cmax, coff, clow, cupp):
+    """Per feature, the first and last cell whose closure meets ``[cmin, cmax]`` (a
+    superset of the cells holding admissible points; the exact test is ``_rect_dist``'s),
+    two arrays of shape (m,).
+
+    Mixed regions enter the queue clipped to them, so the bounds and the cuts never deal
+    with cells no answer can lie in: with immutable features, the trees that cut on them
+    are decided at once (PD 100x5, BMI and Age immutable, l2: p99 867 -> 10 ms).
+    """
+    m = cmin.shape[0]
+    klo = np.empty(m, dtype=np.int32)
+    khi = np.empty(m, dtype=np.int32)
+    for f in range(m):
+        j = coff[f]
+        while j < coff[f + 1] - 1 and cupp[j] < cmin[f]:
+            j += 1
+        klo[f] = j - coff[f]
+        j = coff[f + 1] - 1
+        while j > coff[f] and clow[j] > cmax[f]:
+            j -= 1
+        khi[f] = j - coff[f]
+    return klo, khi
+
+
+@njit(cache=True, nogil=True)
 def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
                node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
                coff, clow, cupp, clcl,
@@ -162,6 +187,7 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete).
     """
     far = _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost)
+    klo, khi = _reachable_cells(cmin, cmax, coff, clow, cupp)
     kd_pops = 0
     evaluated = 0
     pops = 0
@@ -173,7 +199,7 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
             coff, clow, cupp, clcl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
-            max_depth_nodes, max_pops, bound)
+            max_depth_nodes, max_pops, bound, klo, khi)
         kd_pops += kp
         evaluated += ev
         pops += po
@@ -205,9 +231,10 @@ def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
 def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost,
                     xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
                     rlo, rhi, coff, clow, cupp, clcl, nf, ncut, nl, nr, nv, roots, base,
-                    tie_high, tol, max_depth_nodes, max_pops, bound):
+                    tie_high, tol, max_depth_nodes, max_pops, bound, klo, khi):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
-    (accumulated form, squared for l2; ``inf`` for no bound).
+    (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
+    within the cells ``klo..khi`` (:func:`_reachable_cells`).
 
     Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete):
     candidate boxes (certified rectangles or certified sub-boxes of mixed regions, each of
@@ -271,21 +298,6 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     shared = np.zeros(coff[-1] + 1)  # summed spread per cut (cell boundary index)
     sw = _sweep_workspace(coff, m, c, max_depth_nodes)
     tfeat, tmin, rec = _bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
-    # Cells the constraint box may reach, per feature (closures meeting [cmin, cmax]: a
-    # superset, the exact test is _rect_dist's). Mixed regions enter the queue clipped to
-    # them, so the bounds and the cuts never deal with cells no answer can lie in: with
-    # immutable features, trees cut on them are decided at once (PD, 30% immutable).
-    klo = np.empty(m, dtype=np.int32)
-    khi = np.empty(m, dtype=np.int32)
-    for f in range(m):
-        j = coff[f]
-        while j < coff[f + 1] - 1 and cupp[j] < cmin[f]:
-            j += 1
-        klo[f] = j - coff[f]
-        j = coff[f + 1] - 1
-        while j > coff[f] and clow[j] > cmax[f]:
-            j -= 1
-        khi[f] = j - coff[f]
     lo = np.empty(m, dtype=np.int32)
     hi = np.empty(m, dtype=np.int32)
     nlo = np.empty(m, dtype=np.int32)

@@ -1,6 +1,7 @@
 """Purity certificates: the interval bound and the sweep bound are sound lower bounds of
 the margin over a region, the sweep is never looser than the interval bound, and the box
-the sweep narrows a region to keeps every target cell.
+the sweep narrows a region to keeps every target cell; the search's box clipping (to the
+distance bound, to the constraint box) never drops a cell it still needs.
 
 The exact values come from enumerating every cell of small regions and scoring a point of
 each with the flat ensemble's own prediction path (not with the bound kernels).
@@ -14,8 +15,9 @@ import numpy as np
 import pytest
 
 from maps_core import FeatureSchema, flatten_model
+from maps_core.distance import _rect_dist
 from maps_core.grid import Grid
-from maps_core.lazy import _clip_to_ball
+from maps_core.lazy import _clip_to_ball, _reachable_cells
 from maps_core.partition import (
     Kernel,
     _bounds_on,
@@ -155,3 +157,53 @@ def test_clip_to_ball_drops_only_cells_at_or_beyond_the_bound(norm):
         assert d_all[kept].min() == pytest.approx(d_all.min(), abs=1e-12)
         removed += int((~kept).sum())
     assert removed > 0
+
+
+def _constraint_end(rng: np.random.Generator, thresholds: np.ndarray) -> float:
+    """A threshold half the time (the edge case), else a value anywhere."""
+    if thresholds.size and rng.random() < 0.5:
+        return float(rng.choice(thresholds))
+    return float(rng.uniform(-3, 3))
+
+
+def test_reachable_cells_keep_every_cell_the_constraints_admit():
+    """The cells mixed regions are clipped to before the search: every cell holding a
+    point of the constraint box (the exact test of ``_rect_dist``, integral features
+    included) is kept, and constraint ends that fall on a threshold or on a domain bound
+    keep the cell closed there (the test fails if a closed upper end is treated as open)."""
+    bnd = Bounds("rf", 3, seed=5)
+    g, k = bnd.grid, bnd.kern
+    rng = np.random.default_rng(7)
+    x = np.zeros(M)
+    w = np.ones(M)
+    no_group = np.full(M, -1, dtype=np.int64)
+    empty = np.zeros(0, dtype=np.int64)
+    a0, a1 = np.empty(M, dtype=np.bool_), np.empty(M, dtype=np.bool_)
+    integral = rng.random(M) < 0.5
+    dropped = 0
+    for _ in range(200):
+        cmin, cmax = np.full(M, -np.inf), np.full(M, np.inf)
+        for f in range(M):
+            ends = g.cell_upper[k.coff[f]:k.coff[f + 1] - 1]  # the thresholds of f
+            lo_f, hi_f = sorted(_constraint_end(rng, ends) for _ in range(2))
+            if rng.random() < 0.3:
+                hi_f = lo_f  # immutable-like: one value
+            cmin[f], cmax[f] = (lo_f if rng.random() < 0.8 else -np.inf), hi_f
+        klo, khi = _reachable_cells(cmin, cmax, k.coff, g.cell_lower, g.cell_upper)
+        for f in range(M):
+            n_f = k.coff[f + 1] - k.coff[f]
+            for j in range(n_f):
+                # one-feature box [j, j] on f, whole range elsewhere: admissible points?
+                lo = np.zeros((1, M), dtype=np.int32)
+                hi = (k.coff[1:M + 1] - k.coff[:M] - 1).astype(np.int32)[None, :]
+                lo[0, f] = hi[0, f] = j
+                others = [e for e in range(M) if e != f]
+                cm, cx = cmin.copy(), cmax.copy()
+                cm[others], cx[others] = -np.inf, np.inf
+                d = _rect_dist(0, x, w, 0, cm, cx, integral, lo, hi, k.coff, g.cell_lower,
+                               g.cell_upper, g.cell_lower_closed, np.inf, no_group, empty,
+                               empty, np.zeros(0), empty, a0, a1)
+                if d < np.inf:
+                    assert klo[f] <= j <= khi[f], (f, j, cmin[f], cmax[f])
+            dropped += n_f - (khi[f] - klo[f] + 1)
+    assert dropped > 0  # the check is not vacuous
