@@ -318,6 +318,8 @@ def make_options(
     base = cache.get((norm, int(k)))
     if base is None:
         base = cache.setdefault((norm, int(k)), _default_options(maps, norm, int(k)))
+    if all(v is None for v in (weights, immutable, direction, bounds, group_costs)):
+        return base  # the common case: no per-query work at all
     changes: dict[str, Any] = {}
     names = maps.feature_names
     if weights is not None:
