@@ -224,5 +224,6 @@ def main() -> None:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text("\n".join(lines))
 
+
 if __name__ == "__main__":
     main()

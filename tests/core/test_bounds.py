@@ -169,8 +169,8 @@ def _constraint_end(rng: np.random.Generator, thresholds: np.ndarray) -> float:
 def test_reachable_cells_keep_every_cell_the_constraints_admit():
     """The cells mixed regions are clipped to before the search: every cell holding a
     point of the constraint box (the exact test of ``_rect_dist``, integral features
-    included) is kept, and constraint ends that fall on a threshold or on a domain bound
-    keep the cell closed there (the test fails if a closed upper end is treated as open)."""
+    included) is kept, and a constraint end that falls on a threshold keeps the cell whose
+    closed upper end it is (the test fails if a closed upper end is treated as open)."""
     bnd = Bounds("rf", 3, seed=5)
     g, k = bnd.grid, bnd.kern
     rng = np.random.default_rng(7)
@@ -180,6 +180,7 @@ def test_reachable_cells_keep_every_cell_the_constraints_admit():
     empty = np.zeros(0, dtype=np.int64)
     a0, a1 = np.empty(M, dtype=np.bool_), np.empty(M, dtype=np.bool_)
     integral = rng.random(M) < 0.5
+    last = (k.coff[1:M + 1] - k.coff[:M] - 1).astype(np.int32)  # last cell per feature
     dropped = 0
     for _ in range(200):
         cmin, cmax = np.full(M, -np.inf), np.full(M, np.inf)
@@ -195,7 +196,7 @@ def test_reachable_cells_keep_every_cell_the_constraints_admit():
             for j in range(n_f):
                 # one-feature box [j, j] on f, whole range elsewhere: admissible points?
                 lo = np.zeros((1, M), dtype=np.int32)
-                hi = (k.coff[1:M + 1] - k.coff[:M] - 1).astype(np.int32)[None, :]
+                hi = last[None, :].copy()
                 lo[0, f] = hi[0, f] = j
                 others = [e for e in range(M) if e != f]
                 cm, cx = cmin.copy(), cmax.copy()
