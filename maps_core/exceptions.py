@@ -50,8 +50,12 @@ class InvalidQueryError(MapsError, ValueError):
     field : str, optional
         The offending input (a feature name, ``"target"``, ``"norm"``, ...), so that a caller
         can point at it.
+    row : int, optional
+        Row of the input matrix at fault, when the error is about one row's values (a
+        caller that received a batch names it, e.g. ``instances.3.AGE``).
     """
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, row: int | None = None) -> None:
         super().__init__(message)
         self.field = field
+        self.row = row

@@ -224,7 +224,7 @@ class Grid:
             what = "below" if kind == 2 else "above"
             msg = (f"feature {names[j]!r} = {v} is {what} its legal range "
                    f"[{self.dom_lower[j]}, {self.dom_upper[j]}]")
-        raise InvalidQueryError(msg, names[j])
+        raise InvalidQueryError(msg, names[j], row=int(i))
 
     def cells_of(self, A: np.ndarray) -> np.ndarray:
         """Cell index per feature of every row, shape (n_samples, n_features), int32.

@@ -277,6 +277,7 @@ def categories(opts: QueryOptions, A: np.ndarray) -> np.ndarray:
                 f"one-hot group {opts.group_names[g]!r} must have exactly one column equal to 1 "
                 f"(instance {i} has {block[i].tolist()})",
                 opts.group_names[g],
+                row=i,
             )
         out[:, g] = cols[np.argmax(block, axis=1)]
     return out
@@ -289,7 +290,7 @@ def _by_feature(names: Sequence[str], value: Any, what: str) -> dict[int, Any]:
     out = {}
     for name, v in value.items():
         if name not in names:
-            raise InvalidQueryError(f"{what}: unknown feature {name!r}", name)
+            raise InvalidQueryError(f"{what}: unknown feature {name!r}", f"{what}.{name}")
         out[names.index(name)] = v
     return out
 
@@ -339,7 +340,7 @@ def make_options(
         imm = base.immutable.copy()
         for name in immutable:
             if name not in names:
-                raise InvalidQueryError(f"immutable: unknown feature {name!r}", str(name))
+                raise InvalidQueryError(f"immutable: unknown feature {name!r}", f"immutable.{name}")
             imm[names.index(name)] = True
         changes["immutable"] = imm
     if direction is not None:
@@ -347,7 +348,8 @@ def make_options(
         for j, v in _by_feature(names, direction, "direction").items():
             if v not in _DIRECTIONS:
                 raise InvalidQueryError(
-                    f"direction of {names[j]!r} must be any, increase or decrease", names[j]
+                    f"direction of {names[j]!r} must be any, increase or decrease",
+                    f"direction.{names[j]}",
                 )
             dirs[j] = _DIRECTIONS[v]
         changes["direction"] = dirs
@@ -361,10 +363,12 @@ def make_options(
                 hi_f = np.inf if hi_v is None else float(hi_v)
             except (TypeError, ValueError) as exc:
                 raise InvalidQueryError(
-                    f"bounds of {name!r} must be [lower, upper] (numbers or null)", name
+                    f"bounds of {name!r} must be [lower, upper] (numbers or null)", f"bounds.{name}"
                 ) from exc
             if math.isnan(lo_f) or math.isnan(hi_f) or lo_f > hi_f:
-                raise InvalidQueryError(f"bounds of {name!r} must satisfy lower <= upper", name)
+                raise InvalidQueryError(
+                    f"bounds of {name!r} must satisfy lower <= upper", f"bounds.{name}"
+                )
             lower[j] = max(lower[j], lo_f)
             upper[j] = min(upper[j], hi_f)
         changes.update(lower=lower, upper=upper)
