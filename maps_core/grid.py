@@ -42,7 +42,7 @@ def next_up32(v: float) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _cells(A, integral, thr_values, thr_offsets):
+def cells_kernel(A, integral, thr_values, thr_offsets):
     """Cell index of every entry of ``A`` (shape (n, m)): the number of its feature's
     thresholds below it (continuous values as float32, as the model compares them)."""
     n, m = A.shape
@@ -232,7 +232,7 @@ class Grid:
         Uses the model's view of the input: float32 for continuous features.
         """
         A = np.ascontiguousarray(A, dtype=np.float64)
-        return _cells(A, self.integral, self.thr_values, self.thr_offsets)
+        return cells_kernel(A, self.integral, self.thr_values, self.thr_offsets)
 
     def cell_points(self, cells: np.ndarray) -> np.ndarray:
         """A legal point inside each cell vector, shape (n, n_features).

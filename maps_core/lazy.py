@@ -18,10 +18,10 @@ nearer to certifying; otherwise the exact class of its centre cell), and it is
 
 * dropped when the interval bound, or failing that the sweep bound (each live tree
   projected on one feature, projections on a feature summed before the minimum; see
-  :func:`~maps_core.partition._sweep_bounds`), proves ``a`` wins everywhere in it and
+  :func:`~maps_core._bounds.sweep_bound`), proves ``a`` wins everywhere in it and
   ``a`` is no target class;
 * a candidate when the bound certifies it entirely of one target class (its distance is
-  exact: the same :func:`~maps_core.distance._rect_dist` as for stored rectangles);
+  exact: the same :func:`~maps_core.distance.rect_dist` as for stored rectangles);
 * narrowed and requeued at its new distance when ``a`` is no target class and the sweep's
   per-feature sums prove some end cells hold no target point;
 * otherwise split at the cut of some tree's root-most undecided node, the one whose far
@@ -35,29 +35,41 @@ whose scores nearly tie are handed back to the caller, which labels them with th
 
 The k-th best starts at a bound: :func:`best_first` deepens rounds of
 :func:`_bounded_search` over a growing radius, and under a finite bound every popped box
-is first clipped to the cells that may lie nearer (:func:`_clip_to_ball`). Without it the
+is first clipped to the cells that may lie nearer (:func:`clip_to_ball`). Without it the
 bound stays infinite until the first candidate, which is usually the answer, and every
 mixed box nearer than the answer is peeled split by split.
 """
 
 from __future__ import annotations
 
-import math
+from collections import namedtuple
 
 import numpy as np
 from numba import njit
 
-from .distance import NO_NRT, _box_dist, _pop, _push, _rect_dist
-from .partition import (
+from ._bounds import (
     SWEEP_REACH,
-    _bounds_on,
-    _bounds_workspace,
-    _grow,
-    _label_active,
-    _spread_sum,
-    _sweep_bounds,
-    _sweep_workspace,
+    bounds_workspace,
+    interval_bound,
+    label_cell,
+    spread_sum,
+    sweep_bound,
+    sweep_workspace,
 )
+from ._heap import grow, is_kd, kd_entry, kd_node, kd_owner, pop, push, slot
+from ._norms import L1, L2, LINF, accumulate_radius, fold
+from .distance import NO_NRT, box_dist, rect_dist
+
+#: One query: the point ``x`` (shape (m,)), weights, norm code, constraint box
+#: ``cmin..cmax``, integral mask, target classes ``tmask`` (shape (n_classes,)), ``k``, and
+#: the one-hot groups in CSR form with x's category per group (see query.QueryOptions).
+Query = namedtuple("Query", ["x", "w", "norm", "cmin", "cmax", "integral", "tmask", "k",
+                             "gcol", "gstart", "gcols", "gcost", "xcat"])
+#: The class KD-trees (:class:`maps_core.index.KDForest`) and the partition's boxes.
+Forest = namedtuple("Forest", ["node_lo", "node_hi", "left", "right", "kstart", "kend",
+                               "order", "class_root", "labels", "rlo", "rhi"])
+#: The grid's cells: per-feature offsets, real bounds and whether the lower end is closed.
+Cells = namedtuple("Cells", ["coff", "clow", "cupp", "clcl"])
 
 
 @njit(cache=True, nogil=True)
@@ -65,10 +77,10 @@ def _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, lab, d):
     """Record the candidate box ``lo..hi`` of class ``lab`` and enter ``d`` in the sorted
     k best distances ``best`` (updated in place)."""
     if n_c >= c_lo.shape[0]:
-        c_lo = _grow(c_lo, n_c + 1)
-        c_hi = _grow(c_hi, n_c + 1)
-        c_lab = _grow(c_lab, n_c + 1)
-        c_d = _grow(c_d, n_c + 1)
+        c_lo = grow(c_lo, n_c + 1)
+        c_hi = grow(c_hi, n_c + 1)
+        c_lab = grow(c_lab, n_c + 1)
+        c_d = grow(c_d, n_c + 1)
     c_lo[n_c] = lo
     c_hi[n_c] = hi
     c_lab[n_c] = lab
@@ -82,7 +94,7 @@ def _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, lab, d):
 
 
 @njit(**NO_NRT)
-def _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
+def clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
     """Drop the end cells of the box ``lo..hi`` (updated in place) that lie at least
     ``bound`` (accumulated form) from ``x`` whatever the other features.
 
@@ -93,28 +105,28 @@ def _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
     Without a bound the search must peel the region beyond the answer split by split; with
     one (PD 100x5, oracle bound): 7x fewer boxes per test row, 9x per uniform query.
     """
-    if norm > 2:
+    if norm != L1 and norm != L2 and norm != LINF:
         return
     m = x.shape[0]
     tot = 0.0  # the box's own key (l1, l2); linf needs none, each feature's room is bound
-    for f in range(m if norm != 2 else 0):
+    for f in range(m if norm != LINF else 0):
         if gcol[f] >= 0:
             continue  # a group's cost is not a per-column gap; 0 is a lower bound
         tf = _gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
-        tot += tf if norm == 0 else tf * tf
+        tot += tf if norm == L1 else tf * tf
     # A feature's own term never changes when the cells beyond the bound go (its nearest
     # cell stays), so recomputing it below matches the sum above.
     for f in range(m):
         if gcol[f] >= 0 or w[f] <= 0.0:
             continue
-        if norm == 2:
+        if norm == LINF:
             room = bound
         else:
             tf = _gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
-            room = bound - (tot - (tf if norm == 0 else tf * tf))
+            room = bound - (tot - (tf if norm == L1 else tf * tf))
             if room <= 0.0:
                 continue
-            if norm == 1:
+            if norm == L2:
                 room = np.sqrt(room)
         # cells whose gap alone uses up the room hold no point nearer than bound
         while hi[f] > lo[f] and w[f] * (clow[coff[f] + hi[f]] - x[f]) >= room:
@@ -135,19 +147,10 @@ def _gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
     return 0.0
 
 
-@njit(**NO_NRT)
-def _slot(free, n_free, n_used):
-    """A slot for a pending box: a recycled one, else the next new one (the caller has
-    made room). Returns (slot, n_free, n_used)."""
-    if n_free > 0:
-        return free[n_free - 1], n_free - 1, n_used
-    return n_used, n_free, n_used + 1
-
-
 @njit(cache=True, nogil=True)
-def _reachable_cells(cmin, cmax, coff, clow, cupp):
+def reachable_cells(cmin, cmax, coff, clow, cupp):
     """Per feature, the first and last cell whose closure meets ``[cmin, cmax]`` (a
-    superset of the cells holding admissible points; the exact test is ``_rect_dist``'s),
+    superset of the cells holding admissible points; the exact test is ``rect_dist``'s),
     two arrays of shape (m,).
 
     Mixed regions enter the queue clipped to them, so the bounds and the cuts never deal
@@ -170,15 +173,11 @@ def _reachable_cells(cmin, cmax, coff, clow, cupp):
 
 
 @njit(cache=True, nogil=True)
-def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
-               node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
-               coff, clow, cupp, clcl,
-               nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, max_pops,
-               radius, growth, max_rounds):
-    """The ``k`` nearest boxes of the target classes (``tmask``, shape (n_classes,)).
+def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
+    """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
-    ``node_lo..class_root`` are the KD-forest arrays, ``labels``, ``rlo``, ``rhi`` the
-    partition's, ``nf..max_depth_nodes`` the ensemble's (:class:`~maps_core.partition.Kernel`).
+    ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
+    ``kern`` the ensemble's :class:`~maps_core.partition.Kernel`.
     Iterative deepening: rounds bounded by ``radius`` (a distance; ``inf`` for a single
     unbounded round), grown by ``growth`` until a round finds the k best (each round is
     exact below its bound), the radius covers every point the constraints allow, or
@@ -186,24 +185,22 @@ def best_first(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, 
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete).
     """
-    far = _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost)
-    klo, khi = _reachable_cells(cmin, cmax, coff, clow, cupp)
+    far = _farthest(q.x, q.w, q.norm, q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp, q.gcol,
+                    q.gcost)
+    klo, khi = reachable_cells(q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp)
     kd_pops = 0
     evaluated = 0
     pops = 0
     for rnd in range(max_rounds + 1):
         if rnd == max_rounds or radius >= far:
             radius = np.inf
-        bound = radius * radius if norm == 1 else radius  # accumulated form
+        bound = accumulate_radius(q.norm, radius)
         c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, complete = _bounded_search(
-            x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
-            node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
-            coff, clow, cupp, clcl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
-            max_depth_nodes, max_pops, bound, klo, khi)
+            q, fo, ce, kern, max_pops, bound, klo, khi)
         kd_pops += kp
         evaluated += ev
         pops += po
-        if not complete or c_d.shape[0] >= k or radius == np.inf:
+        if not complete or c_d.shape[0] >= q.k or radius == np.inf:
             return c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete
         radius *= growth
     raise AssertionError("unreachable: the last round is unbounded")
@@ -219,22 +216,243 @@ def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
             continue
         a = max(cmin[f], clow[coff[f]])
         b = min(cmax[f], cupp[coff[f + 1] - 1])
-        d = w[f] * max(x[f] - a, b - x[f], 0.0)
-        total = total + d if norm == 0 else max(total, d) if norm == 2 else math.hypot(total, d)
+        total = fold(norm, total, w[f] * max(x[f] - a, b - x[f], 0.0))
     for g in range(gcost.shape[0]):
-        d = gcost[g]
-        total = total + d if norm == 0 else max(total, d) if norm == 2 else math.hypot(total, d)
+        total = fold(norm, total, gcost[g])
     return total
 
 
+# -- the steps of _bounded_search ----------------------------------------------------------
+# Each is inlined into _bounded_search (numba IR inlining), so the compiled search stays one
+# function: no step pays a call or the reference counting of its arrays per popped box.
+
+#: Pending boxes of mixed regions, in slots (rows): cell ranges, the node each tree has
+#: surely reached, the base plus the leaf values of the trees constant on the box, and the
+#: stack of recycled slots.
+Pending = namedtuple("Pending", ["lo", "hi", "start", "cs", "free"])
+#: Candidate boxes (a superset of the k best) and near-tie boxes, with their distances.
+Found = namedtuple("Found", ["lo", "hi", "lab", "d"])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _seed(q, fo, keys, vals, a0, a1):
+    """Push the root of every target class's KD-tree; returns the queue size. Only the
+    first of them owns the mixed regions (each sits in every class tree)."""
+    n = 0
+    owner = 1
+    for cl in range(fo.class_root.shape[0]):
+        if q.tmask[cl] and fo.class_root[cl] >= 0:
+            nd = fo.class_root[cl]
+            d = box_dist(q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, fo.node_lo[nd],
+                         fo.node_hi[nd], q.gcol, q.gstart, q.gcols, q.gcost, q.xcat, a0, a1)
+            if d < np.inf:
+                n = push(keys, vals, n, d, kd_entry(nd, owner))
+            owner = 0
+    return n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _make_room(fo, s, keys, vals, n, pend, n_free, n_used):
+    """Room for every entry the pop of ``s`` may add (two children, or a KD leaf's
+    rectangles), so the pushes that follow return no arrays, whose reference counting
+    numba could not prune (see distance.NO_NRT). Returns (keys, vals, pend)."""
+    need = 2
+    if is_kd(s) and fo.left[kd_node(s)] < 0:
+        need = max(2, fo.kend[kd_node(s)] - fo.kstart[kd_node(s)])
+    if n + need > keys.shape[0]:
+        keys = grow(keys, n + need)
+        vals = grow(vals, n + need)
+    if n_free < need and n_used + need > pend.lo.shape[0]:
+        pend = Pending(grow(pend.lo, n_used + need), grow(pend.hi, n_used + need),
+                       grow(pend.start, n_used + need), grow(pend.cs, n_used + need),
+                       grow(pend.free, n_used + need))
+    return keys, vals, pend
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _expand_inner(q, fo, nd, own, bound, keys, vals, n, a0, a1):
+    """Push the children of the inner KD node ``nd`` nearer than ``bound``; returns the
+    queue size."""
+    for ch in (fo.left[nd], fo.right[nd]):
+        dd = box_dist(q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, fo.node_lo[ch],
+                      fo.node_hi[ch], q.gcol, q.gstart, q.gcols, q.gcost, q.xcat, a0, a1)
+        if dd < bound:
+            n = push(keys, vals, n, dd, kd_entry(ch, own))
+    return n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scan_leaf(q, fo, ce, kern, nd, own, best, cand, n_c, keys, vals, n, pend, n_free, n_used,
+               klo, khi, a0, a1):
+    """The rectangles of the KD leaf ``nd``: a certified one of the (target) class of its
+    tree becomes a candidate at its exact distance; a mixed region owned by this tree
+    enters the queue as a box clipped to the reachable cells ``klo..khi``, every tree at
+    its root. Returns (cand, n_c, n, n_free, n_used, rectangles evaluated)."""
+    k = q.k
+    evaluated = 0
+    for i in range(fo.kstart[nd], fo.kend[nd]):
+        r = fo.order[i]
+        lab = fo.labels[r]
+        if lab < 0 and own == 0:
+            continue
+        evaluated += 1
+        dd = rect_dist(r, q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, fo.rlo, fo.rhi,
+                       ce.coff, ce.clow, ce.cupp, ce.clcl, best[k - 1], q.gcol, q.gstart,
+                       q.gcols, q.gcost, q.xcat, a0, a1)
+        if dd >= best[k - 1]:
+            continue
+        if lab >= 0:  # a certified rectangle of this (target) class tree
+            c_lo, c_hi, c_lab, c_d, n_c = _keep(best, cand.lo, cand.hi, cand.lab, cand.d, n_c,
+                                                fo.rlo[r], fo.rhi[r], lab, dd)
+            cand = Found(c_lo, c_hi, c_lab, c_d)
+            continue
+        s2, n_free, n_used = slot(pend.free, n_free, n_used)
+        for f in range(q.x.shape[0]):  # non-empty: the region meets the constraints (dd < inf)
+            pend.lo[s2, f] = max(fo.rlo[r, f], klo[f])
+            pend.hi[s2, f] = min(fo.rhi[r, f], khi[f])
+        pend.start[s2] = kern.roots
+        pend.cs[s2] = kern.base
+        n = push(keys, vals, n, dd, s2)
+    return cand, n_c, n, n_free, n_used, evaluated
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _take_box(pend, s, lo, hi, start, act, cs, nf):
+    """Copy the pending box in slot ``s`` into the working arrays (its live trees into
+    ``act``); returns the number of live trees. The slot is not freed here."""
+    for f in range(lo.shape[0]):  # into preallocated arrays: no allocation per box
+        lo[f] = pend.lo[s, f]
+        hi[f] = pend.hi[s, f]
+    n_act = 0
+    for t in range(start.shape[0]):
+        start[t] = pend.start[s, t]
+        if nf[start[t]] >= 0:
+            act[n_act] = t
+            n_act += 1
+    for j in range(cs.shape[0]):
+        cs[j] = pend.cs[s, j]
+    return n_act
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _two_class_flip(a, worst, cs, act, n_act, tmin, trange, lb):
+    """With two classes, the class nearer to certification: the lower bound of
+    s1 - s0 = -(upper bound of s0 - s1) comes from the same walk (per tree, its minimum of
+    s0 - s1 plus its spread is its maximum). Returns (a, worst)."""
+    low1 = cs[1] - cs[0]
+    for i in range(n_act):
+        low1 -= tmin[act[i], 1] + trange[act[i]]
+    if low1 > worst:
+        lb[0] = low1
+        return 1, low1
+    return a, worst
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hopeless(tmask, lb, a, tol):
+    """Class ``a`` (no target) beats every target class everywhere in the box."""
+    if tmask[a]:
+        return False
+    for b in range(tmask.shape[0]):
+        if tmask[b] and lb[b] <= tol:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _queue_slot(q, ce, pend, s2, n_free, keys, vals, n, start, cs, bound, a0, a1):
+    """Queue the box already written to slot ``s2``, with the given tree states, at its
+    own distance when that is below ``bound``; otherwise free the slot. Returns
+    (n, n_free)."""
+    dd = rect_dist(s2, q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, pend.lo, pend.hi,
+                   ce.coff, ce.clow, ce.cupp, ce.clcl, bound, q.gcol, q.gstart, q.gcols,
+                   q.gcost, q.xcat, a0, a1)
+    if dd >= bound:
+        pend.free[n_free] = s2
+        return n, n_free + 1
+    pend.start[s2] = start
+    pend.cs[s2] = cs
+    return push(keys, vals, n, dd, s2), n_free
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _split_cut(q, ce, kern, lo, hi, act, n_act, start, cs, top_n, trange, shared):
+    """Move every live tree to its root-most undecided node (trees now constant fold
+    into ``cs``) and choose the tree whose node's cut splits the box; returns it, or -1
+    when no tree is undecided (one score vector on the whole box, within rounding).
+
+    Cut where the far side lies farthest from x (it is then often beyond the k-th best and
+    dropped) and where the votes it decides are uncertain: score = the far side's distance
+    gain (below) x the summed spread of every tree whose root-most undecided node is that
+    same cut (random forests repeat cuts; PD 100x5, 2M rectangles: l2 p50 116 -> 35 ms
+    with one tree's spread; summing over trees that share the cut, 2k-rectangle maps:
+    1.41M -> 1.02M boxes popped over 120 queries).
+    """
+    x, w, norm = q.x, q.w, q.norm
+    nf, ncut, nv = kern.nf, kern.ncut, kern.nv
+    coff, clow, cupp = ce.coff, ce.clow, ce.cupp
+    for i in range(n_act):
+        node = top_n[act[i]]
+        if nf[node] >= 0:
+            shared[coff[nf[node]] + ncut[node]] += trange[act[i]]
+    bt = -1
+    br = -1.0
+    bg = -1.0
+    for i in range(n_act):
+        t = act[i]
+        node = top_n[t]
+        start[t] = node
+        if nf[node] >= 0:
+            fz = nf[node]
+            cz = ncut[node]
+            up = cupp[coff[fz] + cz]
+            if x[fz] <= up:
+                gap = w[fz] * (clow[coff[fz] + cz + 1] - x[fz])
+            else:
+                gap = w[fz] * (x[fz] - up)
+            if norm == L1 or norm == L2:
+                # l1, l2: what the far child's key gains over the box's (its term on fz
+                # becomes the gap instead of the box's own term). PD 100x5, 130 queries:
+                # boxes popped -31/-41% (l2) and -40% (l1) against the bare gap; for linf
+                # it does worse.
+                tb = 0.0
+                if x[fz] < clow[coff[fz] + lo[fz]]:
+                    tb = w[fz] * (clow[coff[fz] + lo[fz]] - x[fz])
+                elif x[fz] > cupp[coff[fz] + hi[fz]]:
+                    tb = w[fz] * (x[fz] - cupp[coff[fz] + hi[fz]])
+                gap = max(gap * gap - tb * tb if norm == L2 else gap - tb, 0.0)
+            gap = gap * shared[coff[fz] + cz]
+            if gap > bg + 1e-15 or (abs(gap - bg) <= 1e-15 and trange[t] > br):
+                bg = gap
+                br = trange[t]
+                bt = t
+        else:
+            for j in range(cs.shape[0]):
+                cs[j] += nv[node, j]
+    for i in range(n_act):
+        node = top_n[act[i]]
+        if nf[node] >= 0:
+            shared[coff[nf[node]] + ncut[node]] = 0.0
+    return bt
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _keep_tie(ties, n_t, lo, hi, d):
+    """Record a near-tie box for the caller to label; returns (ties, n_t)."""
+    if n_t >= ties.lo.shape[0]:
+        ties = Found(grow(ties.lo, n_t + 1), grow(ties.hi, n_t + 1), ties.lab,
+                     grow(ties.d, n_t + 1))
+    ties.lo[n_t] = lo
+    ties.hi[n_t] = hi
+    ties.d[n_t] = d
+    return ties, n_t + 1
+
+
 @njit(cache=True, nogil=True)
-def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost,
-                    xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
-                    rlo, rhi, coff, clow, cupp, clcl, nf, ncut, nl, nr, nv, roots, base,
-                    tie_high, tol, max_depth_nodes, max_pops, bound, klo, khi):
+def _bounded_search(q, fo, ce, kern, max_pops, bound, klo, khi):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
-    within the cells ``klo..khi`` (:func:`_reachable_cells`).
+    within the cells ``klo..khi`` (:func:`reachable_cells`).
 
     Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete):
     candidate boxes (certified rectangles or certified sub-boxes of mixed regions, each of
@@ -244,46 +462,36 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     whose exact distance was computed; mixed-region boxes popped; False if ``max_pops`` of
     the latter ran out first.
 
-    While the k-th best distance is finite (``bound`` or a candidate's), every popped box is
-    first clipped to the cells that may lie nearer (:func:`_clip_to_ball`).
+    Per popped entry: a KD node is expanded (:func:`_expand_inner`) or its leaf scanned
+    (:func:`_scan_leaf`); a box of a mixed region is clipped to the ball of the k-th best
+    (:func:`clip_to_ball`), given a hypothesis class ``a`` and bounded, then it is
+    certified (a candidate, or dropped when ``a`` is no target), dropped as hopeless,
+    narrowed and requeued, split (:func:`_split_cut`), or kept as a near-tie.
     """
+    x, norm, tmask, k = q.x, q.norm, q.tmask, q.k
+    nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
+    coff = ce.coff
     m = x.shape[0]
     c = base.shape[0]
     T = roots.shape[0]
     best = np.full(k, bound)
-    # Pending boxes live in slots; a popped box's slot is recycled. Queue values: a slot
-    # (>= 0), or -1 - (2 * node + owner) for a KD-tree node, where owner marks the one
-    # class tree whose mixed regions are searched (each sits in every class tree).
-    blo = np.empty((64, m), dtype=np.int32)
-    bhi = np.empty((64, m), dtype=np.int32)
-    bstart = np.empty((64, T), dtype=np.int32)  # node each tree has surely reached
-    bcs = np.empty((64, c))  # base + leaf values of the trees constant on the box
-    free = np.empty(64, dtype=np.int64)
+    pend = Pending(np.empty((64, m), dtype=np.int32), np.empty((64, m), dtype=np.int32),
+                   np.empty((64, T), dtype=np.int32), np.empty((64, c)),
+                   np.empty(64, dtype=np.int64))
     n_free = 0
     n_used = 0
-    keys = np.empty(max(64, class_root.shape[0]))
+    keys = np.empty(max(64, fo.class_root.shape[0]))
     vals = np.empty(keys.shape[0], dtype=np.int64)
-    n = 0
     a0 = np.empty(m, dtype=np.bool_)
     a1 = np.empty(m, dtype=np.bool_)
-    owner = 1
-    for cl in range(class_root.shape[0]):
-        if tmask[cl] and class_root[cl] >= 0:
-            nd = class_root[cl]
-            d = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[nd], node_hi[nd], gcol,
-                          gstart, gcols, gcost, xcat, a0, a1)
-            if d < np.inf:
-                n = _push(keys, vals, n, d, -1 - (2 * nd + owner))
-            owner = 0
-    c_lo = np.empty((16, m), dtype=np.int32)
-    c_hi = np.empty((16, m), dtype=np.int32)
-    c_lab = np.empty(16, dtype=np.int64)
-    c_d = np.empty(16)
+    n = _seed(q, fo, keys, vals, a0, a1)
+    cand = Found(np.empty((16, m), dtype=np.int32), np.empty((16, m), dtype=np.int32),
+                 np.empty(16, dtype=np.int64), np.empty(16))
     n_c = 0
-    t_lo = np.empty((4, m), dtype=np.int32)
-    t_hi = np.empty((4, m), dtype=np.int32)
-    t_d = np.empty(4)
+    ties = Found(np.empty((4, m), dtype=np.int32), np.empty((4, m), dtype=np.int32),
+                 np.empty(0, dtype=np.int64), np.empty(4))
     n_t = 0
+    # workspaces of the bounds, allocated once per round
     act = np.empty(T, dtype=np.int32)
     start = np.empty(T, dtype=np.int32)
     cs = np.empty(c)
@@ -296,246 +504,114 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     mn = np.empty(c)
     mx = np.empty(c)
     shared = np.zeros(coff[-1] + 1)  # summed spread per cut (cell boundary index)
-    sw = _sweep_workspace(coff, m, c, max_depth_nodes)
-    tfeat, tmin, rec = _bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
+    sw = sweep_workspace(coff, m, c, max_depth_nodes)
+    tfeat, tmin, rec = bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
     lo = np.empty(m, dtype=np.int32)
     hi = np.empty(m, dtype=np.int32)
     nlo = np.empty(m, dtype=np.int32)
     nhi = np.empty(m, dtype=np.int32)
-    pl = np.empty((1, m), dtype=np.int32)
-    ph = np.empty((1, m), dtype=np.int32)
     pops = 0
     kd_pops = 0
     evaluated = 0
     complete = True
     while n > 0:
-        d, s, n = _pop(keys, vals, n)
+        d, s, n = pop(keys, vals, n)
         if d >= best[k - 1]:
             break
-        # Room first for every entry this pop may add (two children, or a KD leaf's
-        # rectangles): the pushes below then return no arrays, whose reference counting
-        # numba could not prune (see distance.NO_NRT).
-        need = 2
-        if s < 0 and left[(-1 - s) >> 1] < 0:
-            need = max(2, kend[(-1 - s) >> 1] - kstart[(-1 - s) >> 1])
-        if n + need > keys.shape[0]:
-            keys = _grow(keys, n + need)
-            vals = _grow(vals, n + need)
-        if n_free < need and n_used + need > blo.shape[0]:
-            blo = _grow(blo, n_used + need)
-            bhi = _grow(bhi, n_used + need)
-            bstart = _grow(bstart, n_used + need)
-            bcs = _grow(bcs, n_used + need)
-            free = _grow(free, n_used + need)
-        if s < 0:
+        keys, vals, pend = _make_room(fo, s, keys, vals, n, pend, n_free, n_used)
+        if is_kd(s):
             kd_pops += 1
-            nd = (-1 - s) >> 1
-            own = (-1 - s) & 1
-            if left[nd] >= 0:
-                for ch in (left[nd], right[nd]):
-                    dd = _box_dist(x, w, norm, cmin, cmax, integral, node_lo[ch], node_hi[ch],
-                                   gcol, gstart, gcols, gcost, xcat, a0, a1)
-                    if dd < best[k - 1]:
-                        n = _push(keys, vals, n, dd, -1 - (2 * ch + own))
-                continue
-            for i in range(kstart[nd], kend[nd]):
-                r = order[i]
-                lab = labels[r]
-                if lab < 0 and own == 0:
-                    continue
-                evaluated += 1
-                dd = _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
-                                clcl, best[k - 1], gcol, gstart, gcols, gcost, xcat, a0, a1)
-                if dd >= best[k - 1]:
-                    continue
-                if lab >= 0:  # a certified rectangle of this (target) class tree
-                    c_lo, c_hi, c_lab, c_d, n_c = _keep(best, c_lo, c_hi, c_lab, c_d, n_c,
-                                                        rlo[r], rhi[r], lab, dd)
-                    continue
-                s2, n_free, n_used = _slot(free, n_free, n_used)
-                for f in range(m):  # non-empty: the region meets the constraints (dd < inf)
-                    blo[s2, f] = max(rlo[r, f], klo[f])
-                    bhi[s2, f] = min(rhi[r, f], khi[f])
-                bstart[s2] = roots
-                bcs[s2] = base
-                n = _push(keys, vals, n, dd, s2)
+            nd = kd_node(s)
+            own = kd_owner(s)
+            if fo.left[nd] >= 0:
+                n = _expand_inner(q, fo, nd, own, best[k - 1], keys, vals, n, a0, a1)
+            else:
+                cand, n_c, n, n_free, n_used, ev = _scan_leaf(
+                    q, fo, ce, kern, nd, own, best, cand, n_c, keys, vals, n, pend, n_free,
+                    n_used, klo, khi, a0, a1)
+                evaluated += ev
             continue
         if pops >= max_pops:
             complete = False
             break
         pops += 1
-        for f in range(m):  # into preallocated arrays: no allocation per box
-            lo[f] = blo[s, f]
-            hi[f] = bhi[s, f]
-        if best[k - 1] < np.inf:
-            _clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, best[k - 1])
-        n_act = 0
-        for t in range(T):
-            start[t] = bstart[s, t]
-            if nf[start[t]] >= 0:
-                act[n_act] = t
-                n_act += 1
-        for j in range(c):
-            cs[j] = bcs[s, j]
-        free[n_free] = s
+        # -- a box of a mixed region: trim it to the ball, then bound its margin
+        n_act = _take_box(pend, s, lo, hi, start, act, cs, nf)
+        pend.free[n_free] = s
         n_free += 1
+        if best[k - 1] < np.inf:
+            clip_to_ball(x, q.w, norm, q.gcol, lo, hi, coff, ce.clow, ce.cupp, best[k - 1])
         single = True
         for f in range(m):
             cell[f] = (lo[f] + hi[f]) // 2
             if hi[f] > lo[f]:
                 single = False
         if single or c != 2:
-            a, marg = _label_active(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high,
-                                    buf)
+            a, marg = label_cell(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high,
+                                 buf)
         else:
             # Two classes: no need to label a cell first, the one walk below bounds the
             # margin from both sides and picks the class nearer to certification
             # (PD: same boxes, 15-23% less time).
             a = 0
             marg = 0.0
-        label = -1
-        tie = False
         if single:
             if marg <= tol:
-                tie = True
-            else:
-                label = a
-        else:
-            worst = _bounds_on(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
+                ties, n_t = _keep_tie(ties, n_t, lo, hi, d)
+            elif tmask[a]:
+                c_lo, c_hi, c_lab, c_d, n_c = _keep(best, cand.lo, cand.hi, cand.lab, cand.d,
+                                                    n_c, lo, hi, a, d)
+                cand = Found(c_lo, c_hi, c_lab, c_d)
+            continue
+        worst = interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
                                trange, top_n, stack, mn, mx, tfeat, tmin, rec)
-            if c == 2 and worst <= tol:
-                # Lower bound of s1 - s0 = -(upper bound of s0 - s1): per tree, its minimum
-                # of s0 - s1 plus its spread is its maximum.
-                low1 = cs[1] - cs[0]
-                for i in range(n_act):
-                    low1 -= tmin[act[i], 1] + trange[act[i]]
-                if low1 > worst:
-                    a = 1
-                    worst = low1
-                    lb[0] = low1
-            narrowed = False
-            if worst <= tol and worst > -SWEEP_REACH * _spread_sum(act, n_act, trange):
-                # The interval bound failed, but not by far: the sweep bound often decides.
-                # With a of no target class it also narrows the box to where a target may be.
-                worst, narrowed = _sweep_bounds(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n,
-                                                rec, coff, lb, sw, not tmask[a], tmask, tol,
-                                                nlo, nhi)
-            if worst > tol:
-                label = a
+        if c == 2 and worst <= tol:
+            a, worst = _two_class_flip(a, worst, cs, act, n_act, tmin, trange, lb)
+        narrowed = False
+        if worst <= tol and worst > -SWEEP_REACH * spread_sum(act, n_act, trange):
+            # The interval bound failed, but not by far: the sweep bound often decides.
+            # With a of no target class it also narrows the box to where a target may be.
+            worst, narrowed = sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n,
+                                          rec, coff, lb, sw, not tmask[a], tmask, tol, nlo,
+                                          nhi)
+        # -- leaf: certified, or nothing to find
+        if worst > tol:
+            if tmask[a]:
+                c_lo, c_hi, c_lab, c_d, n_c = _keep(best, cand.lo, cand.hi, cand.lab, cand.d,
+                                                    n_c, lo, hi, a, d)
+                cand = Found(c_lo, c_hi, c_lab, c_d)
+            continue
+        if _hopeless(tmask, lb, a, tol):
+            continue
+        # -- narrow: the rest of the box holds no target point; requeue the narrowed box
+        # at its own (larger or equal) distance, with the same tree states.
+        if narrowed:
+            s2, n_free, n_used = slot(pend.free, n_free, n_used)
+            pend.lo[s2] = nlo
+            pend.hi[s2] = nhi
+            n, n_free = _queue_slot(q, ce, pend, s2, n_free, keys, vals, n, start, cs,
+                                    best[k - 1], a0, a1)
+            continue
+        # -- split at one live tree's root-most undecided cut
+        bt = _split_cut(q, ce, kern, lo, hi, act, n_act, start, cs, top_n, trange, shared)
+        if bt < 0:
+            ties, n_t = _keep_tie(ties, n_t, lo, hi, d)  # one score vector on the box
+            continue
+        f = nf[start[bt]]
+        cut = ncut[start[bt]]
+        for side in range(2):
+            s2, n_free, n_used = slot(pend.free, n_free, n_used)
+            pend.lo[s2] = lo
+            pend.hi[s2] = hi
+            if side == 0:
+                pend.hi[s2, f] = cut
             else:
-                if not tmask[a]:
-                    # a beats every target class everywhere in the box: nothing to find
-                    hopeless = True
-                    for b in range(c):
-                        if tmask[b] and lb[b] <= tol:
-                            hopeless = False
-                            break
-                    if hopeless:
-                        continue
-                if narrowed:
-                    # The rest of the box holds no target point: requeue the narrowed box
-                    # at its own (larger or equal) distance, with the same tree states.
-                    pl[0] = nlo
-                    ph[0] = nhi
-                    dd = _rect_dist(0, x, w, norm, cmin, cmax, integral, pl, ph, coff, clow,
-                                    cupp, clcl, best[k - 1], gcol, gstart, gcols, gcost, xcat,
-                                    a0, a1)
-                    if dd < best[k - 1]:
-                        s2, n_free, n_used = _slot(free, n_free, n_used)
-                        blo[s2] = nlo
-                        bhi[s2] = nhi
-                        bstart[s2] = start
-                        bcs[s2] = cs
-                        n = _push(keys, vals, n, dd, s2)
-                    continue
-                # Trees now constant fold into cs, the others move down to their
-                # root-most undecided node; split at one of these nodes' cuts. Cut where
-                # the far side lies farthest from x (it is then often beyond the k-th best
-                # and dropped) and where the votes it decides are uncertain: score = the
-                # far side's distance gain (below) x the summed spread of every tree
-                # whose root-most undecided node is that same cut (random forests repeat
-                # cuts; PD 100x5, 2M rectangles: l2 p50 116 -> 35 ms with one tree's
-                # spread; summing over trees that share the cut, 2k-rectangle maps:
-                # 1.41M -> 1.02M boxes popped over 120 queries).
-                for i in range(n_act):
-                    node = top_n[act[i]]
-                    if nf[node] >= 0:
-                        shared[coff[nf[node]] + ncut[node]] += trange[act[i]]
-                bt = -1
-                br = -1.0
-                bg = -1.0
-                for i in range(n_act):
-                    t = act[i]
-                    node = top_n[t]
-                    start[t] = node
-                    if nf[node] >= 0:
-                        fz = nf[node]
-                        cz = ncut[node]
-                        up = cupp[coff[fz] + cz]
-                        if x[fz] <= up:
-                            gap = w[fz] * (clow[coff[fz] + cz + 1] - x[fz])
-                        else:
-                            gap = w[fz] * (x[fz] - up)
-                        if norm <= 1:
-                            # l1, l2: what the far child's key gains over the box's (its
-                            # term on fz becomes the gap instead of the box's own term).
-                            # PD 100x5, 130 queries: boxes popped -31/-41% (l2) and
-                            # -40% (l1) against the bare gap; for linf it does worse.
-                            tb = 0.0
-                            if x[fz] < clow[coff[fz] + lo[fz]]:
-                                tb = w[fz] * (clow[coff[fz] + lo[fz]] - x[fz])
-                            elif x[fz] > cupp[coff[fz] + hi[fz]]:
-                                tb = w[fz] * (x[fz] - cupp[coff[fz] + hi[fz]])
-                            gap = max(gap * gap - tb * tb if norm == 1 else gap - tb, 0.0)
-                        gap = gap * shared[coff[fz] + cz]
-                        if gap > bg + 1e-15 or (abs(gap - bg) <= 1e-15 and trange[t] > br):
-                            bg = gap
-                            br = trange[t]
-                            bt = t
-                    else:
-                        for j in range(c):
-                            cs[j] += nv[node, j]
-                for i in range(n_act):
-                    node = top_n[act[i]]
-                    if nf[node] >= 0:
-                        shared[coff[nf[node]] + ncut[node]] = 0.0
-                if bt < 0:
-                    tie = True  # one score vector on the whole box, within rounding
-                else:
-                    f = nf[start[bt]]
-                    cut = ncut[start[bt]]
-                    for side in range(2):
-                        s2, n_free, n_used = _slot(free, n_free, n_used)
-                        blo[s2] = lo
-                        bhi[s2] = hi
-                        if side == 0:
-                            bhi[s2, f] = cut
-                        else:
-                            blo[s2, f] = cut + 1
-                        dd = _rect_dist(s2, x, w, norm, cmin, cmax, integral, blo, bhi, coff, clow,
-                                        cupp, clcl, best[k - 1], gcol, gstart, gcols, gcost, xcat,
-                                        a0, a1)
-                        if dd >= best[k - 1]:
-                            free[n_free] = s2
-                            n_free += 1
-                            continue
-                        bstart[s2] = start
-                        bcs[s2] = cs
-                        n = _push(keys, vals, n, dd, s2)
-                    continue
-        if tie:
-            if n_t >= t_lo.shape[0]:
-                t_lo = _grow(t_lo, n_t + 1)
-                t_hi = _grow(t_hi, n_t + 1)
-                t_d = _grow(t_d, n_t + 1)
-            t_lo[n_t] = lo
-            t_hi[n_t] = hi
-            t_d[n_t] = d
-            n_t += 1
-            continue
-        if not tmask[label]:
-            continue
-        c_lo, c_hi, c_lab, c_d, n_c = _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, label, d)
-    return (c_lo[:n_c].copy(), c_hi[:n_c].copy(), c_lab[:n_c].copy(), c_d[:n_c].copy(),
-            t_lo[:n_t].copy(), t_hi[:n_t].copy(), t_d[:n_t].copy(), kd_pops, evaluated, pops,
-            complete)
+                pend.lo[s2, f] = cut + 1
+            n, n_free = _queue_slot(q, ce, pend, s2, n_free, keys, vals, n, start, cs,
+                                    best[k - 1], a0, a1)
+    return (cand.lo[:n_c].copy(), cand.hi[:n_c].copy(), cand.lab[:n_c].copy(),
+            cand.d[:n_c].copy(), ties.lo[:n_t].copy(), ties.hi[:n_t].copy(),
+            ties.d[:n_t].copy(), kd_pops, evaluated, pops, complete)
+
+
+__all__ = ["Cells", "Forest", "Query", "best_first", "clip_to_ball", "reachable_cells"]

@@ -12,14 +12,17 @@ from typing import Any
 import numpy as np
 
 from .adapters import flatten_model
+from .engine import SearchEngine
 from .ensemble import FlatEnsemble
 from .exceptions import InvalidQueryError, SchemaError
 from .grid import Grid
 from .index import KDForest, build_index
+from .options import QueryOptions, categories, make_options
 from .partition import Partition, extract
-from .query import QueryOptions, categories, make_options, search
+from .query import locate, search
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import FeatureSchema
+from .storage import Artifact, load_artifact, save_artifact
 
 ProgressCallback = Callable[[float], None]
 
@@ -59,6 +62,8 @@ class CounterfactualMaps:
         self.index = index
         self.stats = stats
         self.fingerprint = fingerprint or ensemble.fingerprint()
+        #: Query-time arrays and caches, built once (see :class:`SearchEngine`).
+        self.engine = SearchEngine.assemble(ensemble, schema, grid, partition, index)
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -143,9 +148,10 @@ class CounterfactualMaps:
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the maps atomically to the directory ``path`` (replaced if it exists)."""
-        from .storage import save_maps
-
-        return save_maps(self, path)
+        art = Artifact(self.ensemble, self.schema, self.grid, self.partition, self.index,
+                       self.stats, self.fingerprint)
+        self.stats = save_artifact(art, path)
+        return Path(path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, mmap: bool = True) -> CounterfactualMaps:
@@ -155,9 +161,8 @@ class CounterfactualMaps:
         ------
         ArtifactNotFoundError, CorruptArtifactError, IncompatibleArtifactError
         """
-        from .storage import load_maps
-
-        return load_maps(path, mmap=mmap)
+        a = load_artifact(path, mmap=mmap)
+        return cls(a.ensemble, a.schema, a.grid, a.partition, a.index, a.stats, a.fingerprint)
 
     # -- queries --------------------------------------------------------------------------
     def _as_matrix(self, X: Any) -> np.ndarray:
@@ -183,9 +188,7 @@ class CounterfactualMaps:
 
     def partition_lookup(self, A: np.ndarray) -> np.ndarray:
         """Class index per row of a validated float64 matrix (no input checks)."""
-        from .query import locate
-
-        return locate(self, A)
+        return locate(self.engine, A)
 
     def predict(self, X: Any) -> np.ndarray:
         """Class labels from the maps, shape (n_samples,): equal to ``model.predict``."""
@@ -265,13 +268,13 @@ class CounterfactualMaps:
     ) -> list[CounterfactualResult]:
         """:meth:`counterfactuals` of the validated matrix ``A`` (shape (n, n_features))."""
         t_idx = None if target is None else self.target_index(target)
-        opts: QueryOptions = make_options(self, **options)
+        opts: QueryOptions = make_options(self.engine, **options)
         categories(opts, A)  # every row's one-hot groups are valid before any work
         return [self._one(A[i], t_idx, opts) for i in range(A.shape[0])]
 
     def _one(self, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> CounterfactualResult:
         t0 = time.perf_counter()
-        out = search(self, x, t_idx, opts)
+        out = search(self.engine, x, t_idx, opts)
         classes = self.classes
         cfs = tuple(
             Counterfactual(
@@ -321,3 +324,6 @@ def build_maps(model: Any, schema: FeatureSchema | None = None, **kwargs: Any) -
 def load_maps(path: str | os.PathLike[str], *, mmap: bool = True) -> CounterfactualMaps:
     """Shortcut for :meth:`CounterfactualMaps.load`."""
     return CounterfactualMaps.load(path, mmap=mmap)
+
+
+__all__ = ["CounterfactualMaps", "ProgressCallback", "build_maps", "load_maps"]

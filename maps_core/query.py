@@ -27,25 +27,20 @@ float32 value strictly inside.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit
 
-from .distance import _rect_dist
-from .exceptions import BudgetExceededError, InvalidQueryError
-from .grid import _cells
-from .lazy import best_first
-from .partition import MIXED, Kernel, refine_region
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .maps import CounterfactualMaps
-
-NORMS = {"l1": 0, "l2": 1, "linf": 2, "l0": 3}
+from ._norms import L0, L2, LINF, finish
+from .distance import rect_dist
+from .engine import SearchEngine
+from .exceptions import BudgetExceededError
+from .grid import cells_kernel
+from .lazy import Query, best_first
+from .options import QueryOptions
+from .partition import MIXED, refine_region
 
 
 # --------------------------------------------------------------------------------------
@@ -56,7 +51,7 @@ def _locate(A, integral, dom_lower, dom_upper, thr_values, thr_offsets, node_lo,
             right, start, end, order, class_root, rlo, rhi):
     """Rectangle containing each row of ``A`` (shape (n, m)), -1 where none does."""
     n, m = A.shape
-    C = _cells(A, integral, thr_values, thr_offsets)
+    C = cells_kernel(A, integral, thr_values, thr_offsets)
     P = np.empty(m)  # the row as the model sees it, inside the domain
     out = np.full(n, -1, dtype=np.int64)
     stack = np.empty(256, dtype=np.int64)
@@ -120,7 +115,7 @@ def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, x
         lab = labels[r]
         if (lab < 0 and not (with_mixed and lab == -1)) or (lab >= 0 and not tmask[lab]):
             continue
-        out[r] = _rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
+        out[r] = rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
                             clcl, np.inf, gcol, gstart, gcols, gcost, xcat, a0, a1)
     return out
 
@@ -191,246 +186,26 @@ def _point_distance(x, p, w, norm, gcol, gstart, gcols, gcost):
             continue
         d = w[f] * abs(p[f] - x[f])
         changed += 1
-        total += d * d if norm == 1 else d
+        total += d * d if norm == L2 else d
         top = max(top, d)
     for g in range(gcost.shape[0]):
         for j in range(gstart[g], gstart[g + 1]):
             if p[gcols[j]] != x[gcols[j]]:
                 d = gcost[g]
                 changed += 1
-                total += d * d if norm == 1 else d
+                total += d * d if norm == L2 else d
                 top = max(top, d)
                 break
-    if norm == 3:
+    if norm == L0:
         return float(changed)
-    if norm == 1:
+    if norm == L2:
         return math.sqrt(total)
-    return top if norm == 2 else total
+    return top if norm == LINF else total
 
 
 # --------------------------------------------------------------------------------------
-# options and result assembly
+# result assembly
 # --------------------------------------------------------------------------------------
-@dataclass(frozen=True, eq=False)
-class QueryOptions:
-    """Validated query options, per-feature arrays of shape (n_features,)."""
-
-    norm: str
-    weights: np.ndarray
-    immutable: np.ndarray
-    direction: np.ndarray  # +1 increase only, -1 decrease only, 0 any
-    lower: np.ndarray
-    upper: np.ndarray
-    k: int = 1
-    # One-hot groups in CSR form: ``gcols[gstart[g]:gstart[g + 1]]`` are group g's columns,
-    # ``gcol[f]`` is f's group (-1 outside groups), ``gcost[g]`` its switching cost.
-    group_names: tuple[str, ...] = ()
-    gcol: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    gstart: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
-    gcols: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    gcost: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
-    # Median weighted feature width (see _typical_width): the scale of the first
-    # deepening bound on maps with mixed regions.
-    scale: float = 1.0
-
-    @property
-    def norm_code(self) -> int:
-        return NORMS[self.norm]
-
-    def group_args(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Kernel arguments for the groups: (gcol, gstart, gcols, gcost, xcat), where
-        ``xcat[g]`` is the column of x's category (x validated by :func:`categories`)."""
-        return self.gcol, self.gstart, self.gcols, self.gcost, categories(self, x[None, :])[0]
-
-    def constraint_box(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Box every counterfactual of ``x`` must lie in, two arrays of shape (m,)."""
-        cmin = self.lower.copy()
-        cmax = self.upper.copy()
-        inc, dec = self._pinned
-        if inc.size:
-            cmin[inc] = np.maximum(cmin[inc], x[inc])
-        if dec.size:
-            cmax[dec] = np.minimum(cmax[dec], x[dec])
-        return cmin, cmax
-
-    @cached_property
-    def _pinned(self) -> tuple[np.ndarray, np.ndarray]:
-        """Features that may not decrease, and those that may not increase."""
-        return (np.flatnonzero((self.direction > 0) | self.immutable),
-                np.flatnonzero((self.direction < 0) | self.immutable))
-
-
-def categories(opts: QueryOptions, A: np.ndarray) -> np.ndarray:
-    """Column of each row's category per one-hot group, shape (n, n_groups).
-
-    Raises :class:`InvalidQueryError` naming the group when a row is not exactly one-hot
-    there (the current category of such an input is undefined)."""
-    G = opts.gcost.shape[0]
-    out = np.empty((A.shape[0], G), dtype=np.int64)
-    for g in range(G):
-        cols = opts.gcols[opts.gstart[g]:opts.gstart[g + 1]]
-        block = A[:, cols]
-        ok = np.all((block == 0) | (block == 1), axis=1) & (block.sum(axis=1) == 1)
-        if not ok.all():
-            i = int(np.flatnonzero(~ok)[0])
-            raise InvalidQueryError(
-                f"one-hot group {opts.group_names[g]!r} must have exactly one column equal to 1 "
-                f"(instance {i} has {block[i].tolist()})",
-                opts.group_names[g],
-                row=i,
-            )
-        out[:, g] = cols[np.argmax(block, axis=1)]
-    return out
-
-
-def _by_feature(names: Sequence[str], value: Any, what: str) -> dict[int, Any]:
-    """``value`` (an object keyed by feature name) keyed by feature position instead."""
-    if not isinstance(value, Mapping):
-        raise InvalidQueryError(f"{what} must be an object keyed by feature name", what)
-    out = {}
-    for name, v in value.items():
-        if name not in names:
-            raise InvalidQueryError(f"{what}: unknown feature {name!r}", f"{what}.{name}")
-        out[names.index(name)] = v
-    return out
-
-
-def make_options(
-    maps: CounterfactualMaps,
-    *,
-    norm: str = "l1",
-    weights: Mapping[str, float] | Sequence[float] | np.ndarray | None = None,
-    immutable: Sequence[str] | None = None,
-    direction: Mapping[str, str] | None = None,
-    bounds: Mapping[str, Sequence[float | None]] | None = None,
-    k: int = 1,
-    group_costs: Mapping[str, float] | None = None,
-) -> QueryOptions:
-    """Validate query options against the maps' schema (defaults from the schema)."""
-    if norm not in NORMS:
-        raise InvalidQueryError(f"norm must be one of {sorted(NORMS)}, got {norm!r}", "norm")
-    if not isinstance(k, int | np.integer) or isinstance(k, bool) or not 1 <= k <= 1000:
-        raise InvalidQueryError("k must be an integer between 1 and 1000", "k")
-    # The schema's defaults: built once per maps, norm and k (about 0.1 ms a query), then
-    # shared by every query. Custom options copy only the arrays they change, so none
-    # writes the shared ones (which stay writeable: a read-only flag would make numba
-    # compile a second variant of every kernel).
-    cache = maps.__dict__.setdefault("_default_options", {})
-    base = cache.get((norm, int(k)))
-    if base is None:
-        base = cache.setdefault((norm, int(k)), _default_options(maps, norm, int(k)))
-    if all(v is None for v in (weights, immutable, direction, bounds, group_costs)):
-        return base  # the common case: no per-query work at all
-    changes: dict[str, Any] = {}
-    names = maps.feature_names
-    if weights is not None:
-        w = base.weights.copy()
-        if isinstance(weights, Mapping):
-            for j, v in _by_feature(names, weights, "weights").items():
-                w[j] = v
-        else:
-            w = np.array(weights, dtype=np.float64)
-            if w.shape != (maps.n_features,):
-                raise InvalidQueryError(f"weights must have {maps.n_features} entries", "weights")
-        _check_weights(w)
-        changes.update(weights=w, scale=_typical_width(maps, w))
-    if immutable is not None:
-        if isinstance(immutable, str) or not isinstance(immutable, Sequence):
-            raise InvalidQueryError("immutable must be a list of feature names", "immutable")
-        imm = base.immutable.copy()
-        for name in immutable:
-            if name not in names:
-                raise InvalidQueryError(f"immutable: unknown feature {name!r}", f"immutable.{name}")
-            imm[names.index(name)] = True
-        changes["immutable"] = imm
-    if direction is not None:
-        dirs = base.direction.copy()
-        for j, v in _by_feature(names, direction, "direction").items():
-            if v not in _DIRECTIONS:
-                raise InvalidQueryError(
-                    f"direction of {names[j]!r} must be any, increase or decrease",
-                    f"direction.{names[j]}",
-                )
-            dirs[j] = _DIRECTIONS[v]
-        changes["direction"] = dirs
-    if bounds is not None:
-        lower, upper = base.lower.copy(), base.upper.copy()
-        for j, v in _by_feature(names, bounds, "bounds").items():
-            name = names[j]
-            try:
-                lo_v, hi_v = v
-                lo_f = -np.inf if lo_v is None else float(lo_v)
-                hi_f = np.inf if hi_v is None else float(hi_v)
-            except (TypeError, ValueError) as exc:
-                raise InvalidQueryError(
-                    f"bounds of {name!r} must be [lower, upper] (numbers or null)", f"bounds.{name}"
-                ) from exc
-            if math.isnan(lo_f) or math.isnan(hi_f) or lo_f > hi_f:
-                raise InvalidQueryError(
-                    f"bounds of {name!r} must satisfy lower <= upper", f"bounds.{name}"
-                )
-            lower[j] = max(lower[j], lo_f)
-            upper[j] = min(upper[j], hi_f)
-        changes.update(lower=lower, upper=upper)
-    if group_costs is not None:
-        if not isinstance(group_costs, Mapping):
-            raise InvalidQueryError("group_costs must be an object keyed by group name", "group_costs")
-        gcost = base.gcost.copy()
-        for gname, v in group_costs.items():
-            if gname not in base.group_names:
-                raise InvalidQueryError(
-                    f"group_costs: unknown one-hot group {gname!r}; groups are "
-                    f"{list(base.group_names)}",
-                    f"group_costs.{gname}",
-                )
-            g = base.group_names.index(gname)
-            try:
-                gcost[g] = float(v)
-            except (TypeError, ValueError) as exc:
-                raise InvalidQueryError(
-                    f"cost of group {gname!r} must be a number", f"group_costs.{gname}"
-                ) from exc
-            if not math.isfinite(gcost[g]) or gcost[g] < 0:
-                raise InvalidQueryError(
-                    f"cost of group {gname!r} must be finite and >= 0", f"group_costs.{gname}"
-                )
-        changes["gcost"] = gcost
-    return replace(base, **changes) if changes else base
-
-
-_DIRECTIONS = {"any": 0, "increase": 1, "decrease": -1}
-
-
-def _check_weights(w: np.ndarray) -> None:
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise InvalidQueryError("weights must be finite and non-negative", "weights")
-
-
-def _default_options(maps: CounterfactualMaps, norm: str, k: int) -> QueryOptions:
-    """The options a query without any gets: everything from the maps' schema."""
-    schema = maps.schema
-    w = schema.default_weights()
-    _check_weights(w)
-    groups = schema.groups()
-    names = tuple(groups)
-    costs = schema.default_group_costs()
-    gcol = np.full(maps.n_features, -1, dtype=np.int64)
-    for g, gname in enumerate(names):
-        gcol[groups[gname]] = g
-    sizes = [len(groups[g]) for g in names]
-    return QueryOptions(
-        norm=norm, weights=w, k=k,
-        immutable=np.array([not f.mutable for f in schema], dtype=bool),
-        direction=np.array([_DIRECTIONS[f.direction] for f in schema], dtype=np.int8),
-        lower=maps.grid.dom_lower.copy(), upper=maps.grid.dom_upper.copy(),
-        group_names=names, gcol=gcol,
-        gstart=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-        gcols=np.array([j for g in names for j in groups[g]], dtype=np.int64),
-        gcost=np.array([costs[g] for g in names], dtype=np.float64),
-        scale=_typical_width(maps, w),
-    )
-
-
 @dataclass
 class Found:
     """One counterfactual before conversion to the public result type."""
@@ -456,14 +231,8 @@ class SearchOutput:
     constraints: str = ""
 
 
-def _finish(norm: str, acc: float) -> float:
-    if norm == "l0":
-        return float(math.floor(acc))  # the number of changes; the fraction is the tie-break
-    return math.sqrt(acc) if norm == "l2" else float(acc)
-
-
 def assemble(
-    maps: CounterfactualMaps,
+    engine: SearchEngine,
     x: np.ndarray,
     lo_cells: np.ndarray,
     hi_cells: np.ndarray,
@@ -474,7 +243,7 @@ def assemble(
     opts: QueryOptions,
 ) -> Found:
     """Region of a rectangle clipped to the constraints, and the point to return in it."""
-    g = maps.grid
+    g = engine.grid
     p, lower, upper, lcl, ucl = _place(
         x, np.ascontiguousarray(lo_cells, dtype=np.int32),
         np.ascontiguousarray(hi_cells, dtype=np.int32), cmin, cmax, g.cell_offsets,
@@ -510,71 +279,33 @@ def assemble(
 # --------------------------------------------------------------------------------------
 # entry points used by the facade
 # --------------------------------------------------------------------------------------
-def _arrays(maps: CounterfactualMaps) -> tuple[Any, ...]:
-    ix, g, part = maps.index, maps.grid, maps.partition
-    return (ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
-            ix.class_root, part.labels, part.lo, part.hi, g.cell_offsets, g.cell_lower,
-            g.cell_upper, g.cell_lower_closed)
-
-
-def locate_rect(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
+def locate_rect(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
     """Id of the rectangle containing each row of ``A`` (shape (n, m)), shape (n,)."""
-    g, ix, part = maps.grid, maps.index, maps.partition
+    g, ix, part = engine.grid, engine.index, engine.partition
     return _locate(A, g.integral, g.dom_lower, g.dom_upper, g.thr_values, g.thr_offsets,
                    ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
                    ix.class_root, part.lo, part.hi)
 
 
-def locate(maps: CounterfactualMaps, A: np.ndarray) -> np.ndarray:
+def locate(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
     """Class index of every row: the label of its rectangle (model itself in mixed ones)."""
-    rid = locate_rect(maps, A)
-    lab = np.asarray(maps.partition.labels)[rid].astype(np.int64)
+    rid = locate_rect(engine, A)
+    lab = np.asarray(engine.partition.labels)[rid].astype(np.int64)
     # A complete partition covers every legal point; rid < 0 would be a bug, and then the
     # ensemble's own arithmetic is the safe answer.
     mixed = (lab == MIXED) | (rid < 0)
     if mixed.any():
-        lab[mixed] = maps.ensemble.predict_index(A[mixed])
+        lab[mixed] = engine.ensemble.predict_index(A[mixed])
     return lab
 
 
-def _has_mixed(maps: CounterfactualMaps) -> bool:
-    has = maps.__dict__.get("_has_mixed")
-    if has is None:
-        has = maps.__dict__.setdefault("_has_mixed", bool(maps.partition.n_mixed))
-    return bool(has)
-
-
-def _typical_width(maps: CounterfactualMaps, weights: np.ndarray) -> float:
-    """Median weighted width of the features' finite extent (domain bounds and thresholds),
-    the scale of the first deepening bound (1.0 with the default weights 1/range)."""
-    width = maps.__dict__.get("_widths")
-    if width is None:
-        g = maps.grid
-        width = np.zeros(g.n_features)
-        for f in range(g.n_features):
-            v = np.concatenate([g.thresholds(f), [g.dom_lower[f], g.dom_upper[f]]])
-            v = v[np.isfinite(v)]
-            if v.size:
-                width[f] = v.max() - v.min()
-        width = maps.__dict__.setdefault("_widths", width)
-    ww = [v for v in (weights * width).tolist() if v > 0]
-    return statistics.median(ww) if ww else 1.0  # np.median costs ~50 us per query
-
-
-def _kernel(maps: CounterfactualMaps) -> Kernel:
-    kern = maps.__dict__.get("_kernel")
-    if kern is None:
-        kern = maps.__dict__.setdefault("_kernel", Kernel.make(maps.ensemble, maps.grid))
-    return kern
-
-
 def _piece_holding(
-    maps: CounterfactualMaps, cells: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    engine: SearchEngine, cells: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Certified box containing the cell ``cells`` inside the mixed box ``lo..hi``."""
     lab = MIXED
     while lab == MIXED:  # refine a chunk, keep the piece holding the cell, repeat
-        plo, phi, plab = refine_region(_kernel(maps), lo, hi, 512)
+        plo, phi, plab = refine_region(engine.kernel, lo, hi, 512)
         j = int(np.flatnonzero(np.all((plo <= cells) & (cells <= phi), axis=1))[0])
         lo, hi, lab = plo[j], phi[j], int(plab[j])
     return lo, hi
@@ -585,7 +316,7 @@ def _piece_holding(
 MAX_MIXED_POPS = 5_000_000
 
 # Iterative deepening on maps with mixed regions: a search bounded by a distance clips
-# every box to the cells that may lie nearer (``lazy._clip_to_ball``), which spares it the
+# every box to the cells that may lie nearer (``lazy.clip_to_ball``), which spares it the
 # peeling of mixed regions beyond the answer, split by split. The first bound is this
 # fraction of the typical weighted feature width, grown by DEEPEN_GROWTH until a round
 # finds the k best (each round is exact below its bound); after DEEPEN_ROUNDS rounds the
@@ -598,13 +329,14 @@ DEEPEN_GROWTH = 1.3
 DEEPEN_ROUNDS = 24
 
 
-def _constraints_text(maps: CounterfactualMaps, opts: QueryOptions) -> str:
+def _constraints_text(engine: SearchEngine, opts: QueryOptions) -> str:
     """The active constraints in words, for infeasible answers."""
-    fixed = [maps.feature_names[j] for j in np.flatnonzero(opts.immutable)]
-    oneway = [maps.feature_names[j] for j in np.flatnonzero(opts.direction != 0)]
-    g = maps.grid
+    names = engine.feature_names
+    fixed = [names[j] for j in np.flatnonzero(opts.immutable)]
+    oneway = [names[j] for j in np.flatnonzero(opts.direction != 0)]
+    g = engine.grid
     narrowed = (opts.lower > g.dom_lower) | (opts.upper < g.dom_upper)
-    bounded = [maps.feature_names[j] for j in np.flatnonzero(narrowed)]
+    bounded = [names[j] for j in np.flatnonzero(narrowed)]
     parts = []
     if fixed:
         parts.append("immutable: " + ", ".join(fixed))
@@ -615,43 +347,45 @@ def _constraints_text(maps: CounterfactualMaps, opts: QueryOptions) -> str:
     return "; ".join(parts)
 
 
-def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> SearchOutput:
+def _stays(engine: SearchEngine, x: np.ndarray, rid: int, pred: int, cmin: np.ndarray,
+           cmax: np.ndarray, opts: QueryOptions) -> SearchOutput:
+    """The answer when x keeps its class and satisfies the constraints: x itself, in its
+    rectangle (the certified piece of a mixed one)."""
+    part = engine.partition
+    lo_c, hi_c = np.asarray(part.lo[rid]), np.asarray(part.hi[rid])
+    if int(part.labels[rid]) == MIXED:
+        lo_c, hi_c = _piece_holding(engine, engine.grid.cells_of(x[None, :])[0], lo_c, hi_c)
+    f = assemble(engine, x, lo_c, hi_c, 0.0, pred, cmin, cmax, opts)
+    f.x = x.copy()
+    f.counterfactual_distance = 0.0
+    return SearchOutput(prediction=pred, found=[f])
+
+
+def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> SearchOutput:
     """Run one query (``x`` already validated, shape (m,))."""
-    part = maps.partition
-    rid = int(locate_rect(maps, x[None, :])[0])
+    part = engine.partition
+    rid = int(locate_rect(engine, x[None, :])[0])
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
-        pred = int(maps.ensemble.predict_index(x[None, :])[0])
+        pred = int(engine.ensemble.predict_index(x[None, :])[0])
     cmin, cmax = opts.constraint_box(x)
-    groups = opts.group_args(x)
-    c = len(maps.classes)
     if t_idx is not None and t_idx == pred and np.all((cmin <= x) & (x <= cmax)):
-        # x keeps its class and satisfies the constraints: x itself, in its rectangle.
-        lo_c, hi_c = np.asarray(part.lo[rid]), np.asarray(part.hi[rid])
-        if int(part.labels[rid]) == MIXED:
-            lo_c, hi_c = _piece_holding(maps, maps.grid.cells_of(x[None, :])[0], lo_c, hi_c)
-        f = assemble(maps, x, lo_c, hi_c, 0.0, pred, cmin, cmax, opts)
-        f.x = x.copy()
-        f.counterfactual_distance = 0.0
-        return SearchOutput(prediction=pred, found=[f])
-    tmask = np.ones(c, dtype=bool)
+        return _stays(engine, x, rid, pred, cmin, cmax, opts)
+    tmask = np.ones(len(engine.classes), dtype=bool)
     if t_idx is None:
         tmask[pred] = False
     else:
         tmask[:] = False
         tmask[t_idx] = True
-    g, kern = maps.grid, _kernel(maps)
-    args: tuple[Any, ...] = (
-        np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin, cmax,
-        g.integral, tmask, opts.k, *groups, *_arrays(maps), kern.nf, kern.ncut, kern.nl,
-        kern.nr, kern.nv, kern.roots, kern.base, kern.tie_high, kern.tol, kern.max_depth_nodes,
-        MAX_MIXED_POPS,
-    )
+    g = engine.grid
+    q = Query(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin,
+              cmax, g.integral, tmask, opts.k, *opts.group_args(x))
     radius = np.inf
-    if opts.norm != "l0" and _has_mixed(maps):
+    if opts.norm_code != L0 and engine.has_mixed:
         radius = DEEPEN_START * opts.scale
-    call: tuple[Any, ...] = (*args, radius, DEEPEN_GROWTH, DEEPEN_ROUNDS)
-    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(*call)
+    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(
+        q, engine.forest, engine.cells, engine.kernel, MAX_MIXED_POPS, radius, DEEPEN_GROWTH,
+        DEEPEN_ROUNDS)
     if not complete:
         raise BudgetExceededError(
             f"this query needed more than {MAX_MIXED_POPS:,} boxes of the regions the build "
@@ -659,7 +393,7 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
             "max_rectangles)"
         )
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
-        t_lab = maps.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
+        t_lab = engine.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
         keep = tmask[t_lab]
         c_lo, c_hi = np.concatenate([c_lo, t_lo[keep]]), np.concatenate([c_hi, t_hi[keep]])
         c_lab, c_d = np.concatenate([c_lab, t_lab[keep]]), np.concatenate([c_d, t_d[keep]])
@@ -672,24 +406,37 @@ def search(maps: CounterfactualMaps, x: np.ndarray, t_idx: int | None, opts: Que
     )
     for d, lo_c, hi_c, lab_c in cands:
         out.found.append(
-            assemble(maps, x, lo_c, hi_c, _finish(opts.norm, d), lab_c, cmin, cmax, opts)
+            assemble(engine, x, lo_c, hi_c, finish(opts.norm_code, d), lab_c, cmin, cmax, opts)
         )
     if not out.found:
         out.unreachable = tuple(int(i) for i in np.flatnonzero(tmask))
-        out.constraints = _constraints_text(maps, opts)
+        out.constraints = _constraints_text(engine, opts)
     return out
 
 
-def linear_scan(maps: CounterfactualMaps, x: np.ndarray, t_idx: int, opts: QueryOptions) -> tuple[float, int]:
+def linear_scan(engine: SearchEngine, x: np.ndarray, t_idx: int, opts: QueryOptions) -> tuple[float, int]:
     """Reference: (distance, rectangle id) of the nearest target rectangle by brute force
     over every certified rectangle. Used by tests and benchmarks."""
     cmin, cmax = opts.constraint_box(x)
-    tmask = np.zeros(len(maps.classes), dtype=bool)
+    tmask = np.zeros(len(engine.classes), dtype=bool)
     tmask[t_idx] = True
-    g, part = maps.grid, maps.partition
-    rects: tuple[Any, ...] = (part.labels, part.lo, part.hi, g.cell_offsets, g.cell_lower, g.cell_upper,
-             g.cell_lower_closed, False)
+    g, part = engine.grid, engine.partition
+    rects: tuple[Any, ...] = (part.labels, part.lo, part.hi, g.cell_offsets, g.cell_lower,
+                              g.cell_upper, g.cell_lower_closed, False)
     d = _scan(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin, cmax,
               g.integral, tmask, *opts.group_args(x), *rects)
     r = int(np.argmin(d))
-    return _finish(opts.norm, float(d[r])), r
+    return finish(opts.norm_code, float(d[r])), r
+
+
+__all__ = [
+    "DEEPEN_GROWTH",
+    "DEEPEN_ROUNDS",
+    "DEEPEN_START",
+    "MAX_MIXED_POPS",
+    "SearchOutput",
+    "linear_scan",
+    "locate",
+    "locate_rect",
+    "search",
+]

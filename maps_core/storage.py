@@ -16,9 +16,9 @@ import os
 import shutil
 import tempfile
 import uuid
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -35,9 +35,6 @@ from .partition import Partition
 from .results import BuildStats
 from .schema import FeatureSchema
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .maps import CounterfactualMaps
-
 FORMAT = "cfmaps"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -49,6 +46,20 @@ _GRID = ("thr_offsets", "thr_values", "cell_offsets", "cell_lower", "cell_upper"
          "node_cut")
 _PARTITION = ("lo", "hi", "labels")
 _INDEX = tuple(f.name for f in fields(KDForest))
+
+
+@dataclass(frozen=True, eq=False)
+class Artifact:
+    """Everything persisted for one model's maps (what :func:`save_artifact` writes and
+    :func:`load_artifact` returns)."""
+
+    ensemble: FlatEnsemble
+    schema: FeatureSchema
+    grid: Grid
+    partition: Partition
+    index: KDForest
+    stats: BuildStats
+    fingerprint: str
 
 
 def _sha256(path: Path) -> str:
@@ -75,8 +86,11 @@ def _compact(a: np.ndarray, ncells_max: int) -> np.ndarray:
     return a.astype(np.uint16) if ncells_max <= np.iinfo(np.uint16).max else a
 
 
-def save_maps(maps: CounterfactualMaps, path: str | os.PathLike[str]) -> Path:
-    """Write ``maps`` to directory ``path`` atomically; returns the final path."""
+def save_artifact(maps: Artifact, path: str | os.PathLike[str]) -> BuildStats:
+    """Write an artifact to directory ``path`` atomically (replacing an existing one).
+
+    Returns the build statistics as written, with ``bytes_on_disk`` filled in.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -141,11 +155,10 @@ def save_maps(maps: CounterfactualMaps, path: str | os.PathLike[str]) -> Path:
         _fsync_dir(path.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-        object.__setattr__(maps, "stats", BuildStats(**manifest["stats"]))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
+    return BuildStats(**manifest["stats"])
 
 
 def _json_default(o: Any) -> Any:
@@ -156,10 +169,10 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def load_maps(
+def load_artifact(
     path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = True
-) -> CounterfactualMaps:
-    """Load maps written by :func:`save_maps`.
+) -> Artifact:
+    """Load an artifact written by :func:`save_artifact`.
 
     Parameters
     ----------
@@ -169,9 +182,11 @@ def load_maps(
         Memory-map the arrays (read-only) instead of reading them into memory.
     verify : bool
         Check every array's SHA-256 against the manifest (detects tampering).
-    """
-    from .maps import CounterfactualMaps
 
+    Raises
+    ------
+    ArtifactNotFoundError, CorruptArtifactError, IncompatibleArtifactError
+    """
     path = Path(path)
     mpath = path / MANIFEST
     if not mpath.is_file():
@@ -214,10 +229,9 @@ def load_maps(
         raise CorruptArtifactError(f"{path}: inconsistent artifact ({exc})") from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptArtifactError(f"{path}: inconsistent artifact ({exc!r})") from exc
-    maps = CounterfactualMaps(ens, schema, grid, part, index, stats, manifest["fingerprint"])
     if verify and ens.fingerprint() != manifest["fingerprint"]:
         raise CorruptArtifactError(f"{path}: model fingerprint does not match the manifest")
-    return maps
+    return Artifact(ens, schema, grid, part, index, stats, str(manifest["fingerprint"]))
 
 
 def _load_arrays(path: Path, entries: dict[str, Any], mmap: bool, verify: bool) -> dict[str, np.ndarray]:
@@ -271,3 +285,6 @@ def _check_consistency(ens: FlatEnsemble, grid: Grid, part: Partition, index: KD
             raise CorruptArtifactError("indices out of range")
         if int(part.labels.max()) >= c or int(part.labels.min()) < -1:
             raise CorruptArtifactError("labels out of range")
+
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Artifact", "load_artifact", "save_artifact"]

@@ -15,16 +15,11 @@ import numpy as np
 import pytest
 
 from maps_core import FeatureSchema, flatten_model
-from maps_core.distance import _rect_dist
+from maps_core._bounds import bounds_workspace, interval_bound, sweep_bound, sweep_workspace
+from maps_core.distance import rect_dist
 from maps_core.grid import Grid
-from maps_core.lazy import _clip_to_ball, _reachable_cells
-from maps_core.partition import (
-    Kernel,
-    _bounds_on,
-    _bounds_workspace,
-    _sweep_bounds,
-    _sweep_workspace,
-)
+from maps_core.lazy import clip_to_ball, reachable_cells
+from maps_core.partition import Kernel
 from tests.conftest import fit
 
 M = 4  # features of the synthetic models
@@ -42,8 +37,8 @@ class Bounds:
         T, c, d = k.roots.shape[0], k.base.shape[0], k.max_depth_nodes
         self.ws = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32),
                    np.empty(d, dtype=np.int32), np.empty(c), np.empty(c),
-                   *_bounds_workspace(k.nv.shape[0], T, c, d))
-        self.sw = _sweep_workspace(k.coff, M, c, d)
+                   *bounds_workspace(k.nv.shape[0], T, c, d))
+        self.sw = sweep_workspace(k.coff, M, c, d)
         self.act = np.arange(T, dtype=np.int32)
         self.nlo, self.nhi = np.empty(M, dtype=np.int32), np.empty(M, dtype=np.int32)
 
@@ -57,7 +52,7 @@ class Bounds:
 
     def interval(self, lo, hi, a) -> tuple[float, np.ndarray]:
         k = self.kern
-        w = _bounds_on(lo, hi, a, self.act, len(self.act), k.base, k.nf, k.ncut, k.nl, k.nr,
+        w = interval_bound(lo, hi, a, self.act, len(self.act), k.base, k.nf, k.ncut, k.nl, k.nr,
                        k.nv, k.roots, *self.ws)
         return w, self.ws[0].copy()
 
@@ -68,7 +63,7 @@ class Bounds:
         shrink = tmask is not None
         if tmask is None:
             tmask = np.zeros(self.ens.n_classes, dtype=bool)
-        w, narrowed = _sweep_bounds(lo, hi, a, self.act, len(self.act), k.base, k.nv, k.nf,
+        w, narrowed = sweep_bound(lo, hi, a, self.act, len(self.act), k.base, k.nv, k.nf,
                                     tfeat, top_n, rec, k.coff, lb, self.sw, shrink, tmask, k.tol,
                                     self.nlo, self.nhi)
         assert not self.sw[0].any() and not self.sw[1].any()  # handed back clean
@@ -151,7 +146,7 @@ def test_clip_to_ball_drops_only_cells_at_or_beyond_the_bound(norm):
         d_all = t.sum(1) if norm == 0 else (t * t).sum(1) if norm == 1 else t.max(1)
         bound = float(rng.uniform(d_all.min(), d_all.max() + 1e-9))
         clo, chi = lo.copy(), hi.copy()
-        _clip_to_ball(x, w, norm, no_group, clo, chi, k.coff, lo_all, hi_all, bound)
+        clip_to_ball(x, w, norm, no_group, clo, chi, k.coff, lo_all, hi_all, bound)
         kept = np.all((cells >= clo) & (cells <= chi), axis=1)
         assert np.all(d_all[~kept] >= bound - 1e-12)
         assert d_all[kept].min() == pytest.approx(d_all.min(), abs=1e-12)
@@ -168,7 +163,7 @@ def _constraint_end(rng: np.random.Generator, thresholds: np.ndarray) -> float:
 
 def test_reachable_cells_keep_every_cell_the_constraints_admit():
     """The cells mixed regions are clipped to before the search: every cell holding a
-    point of the constraint box (the exact test of ``_rect_dist``, integral features
+    point of the constraint box (the exact test of ``rect_dist``, integral features
     included) is kept, and a constraint end that falls on a threshold keeps the cell whose
     closed upper end it is (the test fails if a closed upper end is treated as open)."""
     bnd = Bounds("rf", 3, seed=5)
@@ -190,7 +185,7 @@ def test_reachable_cells_keep_every_cell_the_constraints_admit():
             if rng.random() < 0.3:
                 hi_f = lo_f  # immutable-like: one value
             cmin[f], cmax[f] = (lo_f if rng.random() < 0.8 else -np.inf), hi_f
-        klo, khi = _reachable_cells(cmin, cmax, k.coff, g.cell_lower, g.cell_upper)
+        klo, khi = reachable_cells(cmin, cmax, k.coff, g.cell_lower, g.cell_upper)
         for f in range(M):
             n_f = k.coff[f + 1] - k.coff[f]
             for j in range(n_f):
@@ -201,7 +196,7 @@ def test_reachable_cells_keep_every_cell_the_constraints_admit():
                 others = [e for e in range(M) if e != f]
                 cm, cx = cmin.copy(), cmax.copy()
                 cm[others], cx[others] = -np.inf, np.inf
-                d = _rect_dist(0, x, w, 0, cm, cx, integral, lo, hi, k.coff, g.cell_lower,
+                d = rect_dist(0, x, w, 0, cm, cx, integral, lo, hi, k.coff, g.cell_lower,
                                g.cell_upper, g.cell_lower_closed, np.inf, no_group, empty,
                                empty, np.zeros(0), empty, a0, a1)
                 if d < np.inf:

@@ -65,7 +65,7 @@ def threshold_points(model, schema: FeatureSchema, X: np.ndarray, rng) -> np.nda
 
 
 def check(maps: CounterfactualMaps, model, P: np.ndarray) -> None:
-    assert np.all(locate_rect(maps, P) >= 0), "a legal point is not covered"
+    assert np.all(locate_rect(maps.engine, P) >= 0), "a legal point is not covered"
     got = maps.predict(P)
     want = model.predict(P)
     bad = np.flatnonzero(got != want)

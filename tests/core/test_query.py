@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from maps_core import CounterfactualMaps, InvalidQueryError
-from maps_core.query import linear_scan, make_options
+from maps_core.options import make_options
+from maps_core.query import linear_scan
 from tests.conftest import MODEL_FACTORIES, brute_force, fit
 
 NORMS = ["l1", "l2", "linf"]
@@ -42,12 +43,12 @@ def test_kdtree_equals_linear_scan_and_answers_are_valid(suite, norm):
     model, X, maps = suite
     rng = np.random.default_rng(5)
     Q = np.vstack([X[rng.choice(len(X), 30, replace=False)], rng.normal(scale=2, size=(20, 4))])
-    opts = make_options(maps, norm=norm)
+    opts = make_options(maps.engine, norm=norm)
     for res in maps.counterfactuals(Q, norm=norm):
         assert res.feasible
         cf = res.best
         t = maps.target_index(cf.target)
-        d_scan, _ = linear_scan(maps, res.query, t, opts)
+        d_scan, _ = linear_scan(maps.engine, res.query, t, opts)
         assert cf.distance == pytest.approx(d_scan, abs=1e-12)
         assert res.prediction != cf.target
         assert model.predict(cf.x[None])[0] == cf.target
@@ -56,7 +57,7 @@ def test_kdtree_equals_linear_scan_and_answers_are_valid(suite, norm):
         # omitted target = nearest other class: no other class is closer
         for other in range(len(maps.classes)):
             if maps.classes[other] != res.prediction:
-                d_o, _ = linear_scan(maps, res.query, other, opts)
+                d_o, _ = linear_scan(maps.engine, res.query, other, opts)
                 assert cf.distance <= d_o + 1e-12
 
 
@@ -132,9 +133,9 @@ def test_bad_inputs_are_refused(suite, x, field):
 
 def test_default_options_are_shared_and_custom_ones_leave_them_alone(suite):
     _, X, maps = suite
-    base = make_options(maps, norm="l2")
-    assert make_options(maps, norm="l2") is base  # built once per maps, norm and k
-    assert make_options(maps, norm="l2", k=2) is not base
+    base = make_options(maps.engine, norm="l2")
+    assert make_options(maps.engine, norm="l2") is base  # built once per maps, norm and k
+    assert make_options(maps.engine, norm="l2", k=2) is not base
     before = {f: getattr(base, f).copy() for f in ("weights", "lower", "upper", "immutable")}
     heavy = maps.counterfactual(X[0], norm="l2", weights=7.0 * base.weights)
     plain = maps.counterfactual(X[0], norm="l2")

@@ -1,0 +1,105 @@
+"""The query side of one set of maps, assembled once: :class:`SearchEngine`.
+
+Loading maps (or building them) yields the ensemble, the grid, the partition and the KD
+forest as arrays. Everything a query derives from them and would otherwise recompute or
+cache ad hoc lives here, built once: the ensemble in kernel layout, the arrays grouped the
+way the search kernel takes them, the features' widths (the scale of the first deepening
+radius), whether a budgeted build left mixed regions, and the cache of schema-default
+query options (filled by :func:`maps_core.options.make_options`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .ensemble import FlatEnsemble
+from .grid import Grid
+from .index import KDForest
+from .lazy import Cells, Forest
+from .partition import Kernel, Partition
+from .schema import FeatureSchema
+
+
+@dataclass(frozen=True, eq=False)
+class SearchEngine:
+    """Immutable query-time view of one set of maps.
+
+    Attributes
+    ----------
+    ensemble : FlatEnsemble
+    schema : FeatureSchema
+    grid : Grid
+    partition : Partition
+    index : KDForest
+    kernel : Kernel
+        The ensemble's arrays in kernel layout (mixed-region search, near-tie pieces).
+    forest : lazy.Forest
+        The KD forest and the partition's boxes, as the search kernel takes them.
+    cells : lazy.Cells
+        The grid's cell bounds, as the search kernel takes them.
+    widths : ndarray of shape (n_features,)
+        Each feature's finite extent (domain bounds and thresholds; 0 when none).
+    has_mixed : bool
+        Whether the partition holds mixed (unresolved) regions.
+    defaults : dict
+        Schema-default :class:`~maps_core.options.QueryOptions` per (norm, k), filled on
+        first use and shared by every query (never written to after insertion).
+    """
+
+    ensemble: FlatEnsemble
+    schema: FeatureSchema
+    grid: Grid
+    partition: Partition
+    index: KDForest
+    kernel: Kernel
+    forest: Forest
+    cells: Cells
+    widths: np.ndarray
+    has_mixed: bool
+    defaults: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    @classmethod
+    def assemble(
+        cls, ensemble: FlatEnsemble, schema: FeatureSchema, grid: Grid, partition: Partition,
+        index: KDForest,
+    ) -> SearchEngine:
+        """The engine of the given parts (arrays are shared, not copied)."""
+        ix, part, g = index, partition, grid
+        forest = Forest(ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
+                        ix.class_root, part.labels, part.lo, part.hi)
+        cells = Cells(g.cell_offsets, g.cell_lower, g.cell_upper, g.cell_lower_closed)
+        return cls(
+            ensemble=ensemble, schema=schema, grid=grid, partition=partition, index=index,
+            kernel=Kernel.make(ensemble, grid), forest=forest, cells=cells,
+            widths=_widths(grid), has_mixed=bool(partition.n_mixed),
+        )
+
+    @property
+    def classes(self) -> list[Any]:
+        """Class labels in class-index order."""
+        return list(self.ensemble.classes)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return self.schema.names
+
+    @property
+    def n_features(self) -> int:
+        return self.ensemble.n_features
+
+
+def _widths(g: Grid) -> np.ndarray:
+    """Finite extent of every feature (domain bounds and thresholds), shape (m,)."""
+    width = np.zeros(g.n_features)
+    for f in range(g.n_features):
+        v = np.concatenate([g.thresholds(f), [g.dom_lower[f], g.dom_upper[f]]])
+        v = v[np.isfinite(v)]
+        if v.size:
+            width[f] = v.max() - v.min()
+    return width
+
+
+__all__ = ["SearchEngine"]

@@ -1,0 +1,253 @@
+"""Query options: validated against the maps' schema, with the schema's defaults.
+
+:func:`make_options` is the one validator of what a caller may ask for (norm, weights,
+immutable features, one-way changes, bounds, ``k``, one-hot switching costs); every error
+is an :class:`~maps_core.exceptions.InvalidQueryError` whose ``field`` is the dotted path
+of the offending option (``weights.AGE``, ``bounds.AGE``, ``group_costs.G``, ``k``...).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ._norms import NORM_NAMES, NORMS
+from .engine import SearchEngine
+from .exceptions import InvalidQueryError
+
+
+@dataclass(frozen=True, eq=False)
+class QueryOptions:
+    """Validated query options, per-feature arrays of shape (n_features,)."""
+
+    norm: str
+    weights: np.ndarray
+    immutable: np.ndarray
+    direction: np.ndarray  # +1 increase only, -1 decrease only, 0 any
+    lower: np.ndarray
+    upper: np.ndarray
+    k: int = 1
+    # One-hot groups in CSR form: ``gcols[gstart[g]:gstart[g + 1]]`` are group g's columns,
+    # ``gcol[f]`` is f's group (-1 outside groups), ``gcost[g]`` its switching cost.
+    group_names: tuple[str, ...] = ()
+    gcol: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    gstart: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    gcols: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    gcost: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
+    # Median weighted feature width (see _typical_width): the scale of the first
+    # deepening bound on maps with mixed regions.
+    scale: float = 1.0
+
+    @property
+    def norm_code(self) -> int:
+        """Kernel code of the norm (see :mod:`maps_core._norms`)."""
+        return NORMS[self.norm]
+
+    def group_args(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Kernel arguments for the groups: (gcol, gstart, gcols, gcost, xcat), where
+        ``xcat[g]`` is the column of x's category (x validated by :func:`categories`)."""
+        return self.gcol, self.gstart, self.gcols, self.gcost, categories(self, x[None, :])[0]
+
+    def constraint_box(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Box every counterfactual of ``x`` must lie in, two arrays of shape (m,)."""
+        cmin = self.lower.copy()
+        cmax = self.upper.copy()
+        inc, dec = self._pinned
+        if inc.size:
+            cmin[inc] = np.maximum(cmin[inc], x[inc])
+        if dec.size:
+            cmax[dec] = np.minimum(cmax[dec], x[dec])
+        return cmin, cmax
+
+    @cached_property
+    def _pinned(self) -> tuple[np.ndarray, np.ndarray]:
+        """Features that may not decrease, and those that may not increase."""
+        return (np.flatnonzero((self.direction > 0) | self.immutable),
+                np.flatnonzero((self.direction < 0) | self.immutable))
+
+
+def categories(opts: QueryOptions, A: np.ndarray) -> np.ndarray:
+    """Column of each row's category per one-hot group, shape (n, n_groups).
+
+    Raises :class:`InvalidQueryError` naming the group when a row is not exactly one-hot
+    there (the current category of such an input is undefined)."""
+    G = opts.gcost.shape[0]
+    out = np.empty((A.shape[0], G), dtype=np.int64)
+    for g in range(G):
+        cols = opts.gcols[opts.gstart[g]:opts.gstart[g + 1]]
+        block = A[:, cols]
+        ok = np.all((block == 0) | (block == 1), axis=1) & (block.sum(axis=1) == 1)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise InvalidQueryError(
+                f"one-hot group {opts.group_names[g]!r} must have exactly one column equal to 1 "
+                f"(instance {i} has {block[i].tolist()})",
+                opts.group_names[g],
+                row=i,
+            )
+        out[:, g] = cols[np.argmax(block, axis=1)]
+    return out
+
+
+def _by_feature(names: Sequence[str], value: Any, what: str) -> dict[int, Any]:
+    """``value`` (an object keyed by feature name) keyed by feature position instead."""
+    if not isinstance(value, Mapping):
+        raise InvalidQueryError(f"{what} must be an object keyed by feature name", what)
+    out = {}
+    for name, v in value.items():
+        if name not in names:
+            raise InvalidQueryError(f"{what}: unknown feature {name!r}", f"{what}.{name}")
+        out[names.index(name)] = v
+    return out
+
+
+def make_options(
+    engine: SearchEngine,
+    *,
+    norm: str = "l1",
+    weights: Mapping[str, float] | Sequence[float] | np.ndarray | None = None,
+    immutable: Sequence[str] | None = None,
+    direction: Mapping[str, str] | None = None,
+    bounds: Mapping[str, Sequence[float | None]] | None = None,
+    k: int = 1,
+    group_costs: Mapping[str, float] | None = None,
+) -> QueryOptions:
+    """Validate query options against the maps' schema (defaults from the schema)."""
+    if norm not in NORMS:
+        raise InvalidQueryError(f"norm must be one of {sorted(NORMS)}, got {norm!r}", "norm")
+    if not isinstance(k, int | np.integer) or isinstance(k, bool) or not 1 <= k <= 1000:
+        raise InvalidQueryError("k must be an integer between 1 and 1000", "k")
+    # The schema's defaults: built once per maps, norm and k (about 0.1 ms a query), then
+    # shared by every query. Custom options copy only the arrays they change, so none
+    # writes the shared ones (which stay writeable: a read-only flag would make numba
+    # compile a second variant of every kernel).
+    cache = engine.defaults
+    base = cache.get((norm, int(k)))
+    if base is None:
+        base = cache.setdefault((norm, int(k)), _default_options(engine, norm, int(k)))
+    if all(v is None for v in (weights, immutable, direction, bounds, group_costs)):
+        return base  # the common case: no per-query work at all
+    changes: dict[str, Any] = {}
+    names = engine.feature_names
+    if weights is not None:
+        w = base.weights.copy()
+        if isinstance(weights, Mapping):
+            for j, v in _by_feature(names, weights, "weights").items():
+                w[j] = v
+        else:
+            w = np.array(weights, dtype=np.float64)
+            if w.shape != (engine.n_features,):
+                raise InvalidQueryError(f"weights must have {engine.n_features} entries", "weights")
+        _check_weights(w)
+        changes.update(weights=w, scale=_typical_width(engine, w))
+    if immutable is not None:
+        if isinstance(immutable, str) or not isinstance(immutable, Sequence):
+            raise InvalidQueryError("immutable must be a list of feature names", "immutable")
+        imm = base.immutable.copy()
+        for name in immutable:
+            if name not in names:
+                raise InvalidQueryError(f"immutable: unknown feature {name!r}", f"immutable.{name}")
+            imm[names.index(name)] = True
+        changes["immutable"] = imm
+    if direction is not None:
+        dirs = base.direction.copy()
+        for j, v in _by_feature(names, direction, "direction").items():
+            if v not in _DIRECTIONS:
+                raise InvalidQueryError(
+                    f"direction of {names[j]!r} must be any, increase or decrease",
+                    f"direction.{names[j]}",
+                )
+            dirs[j] = _DIRECTIONS[v]
+        changes["direction"] = dirs
+    if bounds is not None:
+        lower, upper = base.lower.copy(), base.upper.copy()
+        for j, v in _by_feature(names, bounds, "bounds").items():
+            name = names[j]
+            try:
+                lo_v, hi_v = v
+                lo_f = -np.inf if lo_v is None else float(lo_v)
+                hi_f = np.inf if hi_v is None else float(hi_v)
+            except (TypeError, ValueError) as exc:
+                raise InvalidQueryError(
+                    f"bounds of {name!r} must be [lower, upper] (numbers or null)", f"bounds.{name}"
+                ) from exc
+            if math.isnan(lo_f) or math.isnan(hi_f) or lo_f > hi_f:
+                raise InvalidQueryError(
+                    f"bounds of {name!r} must satisfy lower <= upper", f"bounds.{name}"
+                )
+            lower[j] = max(lower[j], lo_f)
+            upper[j] = min(upper[j], hi_f)
+        changes.update(lower=lower, upper=upper)
+    if group_costs is not None:
+        if not isinstance(group_costs, Mapping):
+            raise InvalidQueryError("group_costs must be an object keyed by group name", "group_costs")
+        gcost = base.gcost.copy()
+        for gname, v in group_costs.items():
+            if gname not in base.group_names:
+                raise InvalidQueryError(
+                    f"group_costs: unknown one-hot group {gname!r}; groups are "
+                    f"{list(base.group_names)}",
+                    f"group_costs.{gname}",
+                )
+            g = base.group_names.index(gname)
+            try:
+                gcost[g] = float(v)
+            except (TypeError, ValueError) as exc:
+                raise InvalidQueryError(
+                    f"cost of group {gname!r} must be a number", f"group_costs.{gname}"
+                ) from exc
+            if not math.isfinite(gcost[g]) or gcost[g] < 0:
+                raise InvalidQueryError(
+                    f"cost of group {gname!r} must be finite and >= 0", f"group_costs.{gname}"
+                )
+        changes["gcost"] = gcost
+    return replace(base, **changes) if changes else base
+
+
+_DIRECTIONS = {"any": 0, "increase": 1, "decrease": -1}
+
+
+def _check_weights(w: np.ndarray) -> None:
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise InvalidQueryError("weights must be finite and non-negative", "weights")
+
+
+def _default_options(engine: SearchEngine, norm: str, k: int) -> QueryOptions:
+    """The options a query without any gets: everything from the maps' schema."""
+    schema = engine.schema
+    w = schema.default_weights()
+    _check_weights(w)
+    groups = schema.groups()
+    names = tuple(groups)
+    costs = schema.default_group_costs()
+    gcol = np.full(engine.n_features, -1, dtype=np.int64)
+    for g, gname in enumerate(names):
+        gcol[groups[gname]] = g
+    sizes = [len(groups[g]) for g in names]
+    return QueryOptions(
+        norm=norm, weights=w, k=k,
+        immutable=np.array([not f.mutable for f in schema], dtype=bool),
+        direction=np.array([_DIRECTIONS[f.direction] for f in schema], dtype=np.int8),
+        lower=engine.grid.dom_lower.copy(), upper=engine.grid.dom_upper.copy(),
+        group_names=names, gcol=gcol,
+        gstart=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        gcols=np.array([j for g in names for j in groups[g]], dtype=np.int64),
+        gcost=np.array([costs[g] for g in names], dtype=np.float64),
+        scale=_typical_width(engine, w),
+    )
+
+
+def _typical_width(engine: SearchEngine, weights: np.ndarray) -> float:
+    """Median weighted width of the features' finite extent (domain bounds and thresholds),
+    the scale of the first deepening bound (1.0 with the default weights 1/range)."""
+    ww = [v for v in (weights * engine.widths).tolist() if v > 0]
+    return statistics.median(ww) if ww else 1.0  # np.median costs ~50 us per query
+
+
+__all__ = ["NORM_NAMES", "QueryOptions", "categories", "make_options"]
