@@ -12,9 +12,11 @@ Formats are recognised by their first bytes, never by the file name:
   how to export with skops.
 * anything else is refused.
 
-After loading, every tree's node arrays are checked (:func:`check_trees`): scikit-learn's
-compiled ``predict`` trusts them, so a crafted file with an out-of-range child index reads
-out of bounds (segfault) and a child pointing back up loops forever.
+Each format is a :class:`Reader` in :data:`READERS`. After loading, the model's adapter
+checks its structure (:func:`maps_core.adapters.check_model`; for scikit-learn every tree's
+node arrays): scikit-learn's compiled ``predict`` trusts them, so a crafted file with an
+out-of-range child index reads out of bounds (segfault) and a child pointing back up loops
+forever.
 
 Every failure is an :class:`~app.errors.ApiError` naming the ``model`` field, so a hostile or
 broken upload always answers 4xx.
@@ -23,22 +25,26 @@ broken upload always answers 4xx.
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
+import joblib
+import skops.io as sio
+
+from maps_core.adapters import check_model
+from maps_core.exceptions import UnsupportedModelError
 
 from .errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError
 
-ModelFormat = Literal["skops", "pickle"]
+#: Name of a model file format (a :class:`Reader`'s ``format``).
+ModelFormat = str
 
 #: Types outside skops' default trust list that a fitted scikit-learn tree model contains.
 #: Kept exact (no prefixes): a prefix like ``numpy.`` would admit e.g. ``numpy.memmap``, whose
 #: constructor opens files.
 ALLOWED_UNTRUSTED: frozenset[str] = frozenset({"sklearn.tree._tree.Tree"})
-
-#: File name under ``models/<id>/`` per format.
-FILE_NAMES: dict[str, str] = {"skops": "model.skops", "pickle": "model.pkl"}
 
 SKOPS_HOWTO = (
     "export the model with skops instead: `import skops.io; skops.io.dump(model, "
@@ -56,14 +62,65 @@ _PICKLE_MAGICS = (
 _ZLIB_SECOND = (0x01, 0x5E, 0x9C, 0xDA)
 
 
+def _is_skops(head: bytes) -> bool:
+    return head.startswith(b"PK\x03\x04")
+
+
+def _is_pickle(head: bytes) -> bool:
+    if head.startswith(_PICKLE_MAGICS):
+        return True
+    return len(head) >= 2 and head[0] == 0x78 and head[1] in _ZLIB_SECOND  # zlib (joblib)
+
+
+def _read_skops(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None) -> Any:
+    return _load_skops(path, max_unpacked_bytes)
+
+
+def _read_pickle(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None) -> Any:
+    if not trust_pickle:
+        raise UnsafeModelFileError(
+            "pickle/joblib model files can execute code when loaded and are refused "
+            "(the operator can allow them with CFMAPS_TRUST_PICKLE=true); " + SKOPS_HOWTO,
+            "model",
+        )
+    try:
+        return joblib.load(path)
+    except Exception as exc:  # any failure of an unpickler on foreign bytes is bad input
+        raise InvalidInputError(
+            f"could not load the pickle/joblib file: {type(exc).__name__}: {exc}", "model"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How one model file format is recognised (by content) and read.
+
+    ``load(path, trust_pickle, max_unpacked_bytes)`` returns the model object for the
+    engine's adapters (:mod:`maps_core.adapters`), raising an :class:`~app.errors.ApiError`
+    naming the ``model`` field on any failure.
+    """
+
+    format: ModelFormat
+    file_name: str
+    detect: Callable[[bytes], bool]
+    load: Callable[[Path, bool, int | None], Any]
+
+
+#: The formats the service reads, asked in order. A new model library adds its reader here
+#: (and its adapter in :mod:`maps_core.adapters`).
+READERS: tuple[Reader, ...] = (
+    Reader("skops", "model.skops", _is_skops, _read_skops),
+    Reader("pickle", "model.pkl", _is_pickle, _read_pickle),
+)
+#: File name under ``models/<id>/`` per format.
+FILE_NAMES: dict[str, str] = {r.format: r.file_name for r in READERS}
+
+
 def detect_format(head: bytes) -> ModelFormat | None:
     """Format of a model file from its first bytes (at least 8), or None when unknown."""
-    if head.startswith(b"PK\x03\x04"):
-        return "skops"
-    if head.startswith(_PICKLE_MAGICS):
-        return "pickle"
-    if len(head) >= 2 and head[0] == 0x78 and head[1] in _ZLIB_SECOND:  # zlib (joblib)
-        return "pickle"
+    for reader in READERS:
+        if reader.detect(head):
+            return reader.format
     return None
 
 
@@ -87,6 +144,12 @@ def load_model_file(
 ) -> tuple[Any, ModelFormat]:
     """Load a model file safely.
 
+    The format comes from the file's content (:data:`READERS`); the loaded model's
+    structure is then checked by its adapter (:func:`maps_core.adapters.check_model`)
+    before anything else runs on it: scikit-learn's compiled ``predict`` trusts its node
+    arrays, so a crafted file with an out-of-range child index reads out of bounds
+    (segfault) and a child pointing back up loops forever.
+
     Parameters
     ----------
     path : Path
@@ -100,97 +163,24 @@ def load_model_file(
     -------
     model : object
         The deserialised object (not yet checked to be a supported classifier).
-    format : {"skops", "pickle"}
+    format : str
+        The reader's format name.
 
     Raises
     ------
     InvalidInputError, UnsafeModelFileError, PayloadTooLargeError
     """
     fmt = sniff(path)
-    if fmt == "skops":
-        model = _load_skops(path, max_unpacked_bytes)
-        check_trees(model)
-        return model, fmt
-    if not trust_pickle:
-        raise UnsafeModelFileError(
-            "pickle/joblib model files can execute code when loaded and are refused "
-            "(the operator can allow them with CFMAPS_TRUST_PICKLE=true); " + SKOPS_HOWTO,
-            "model",
-        )
-    import joblib
-
+    reader = next(r for r in READERS if r.format == fmt)
+    model = reader.load(path, trust_pickle, max_unpacked_bytes)
     try:
-        model = joblib.load(path)
-    except Exception as exc:  # any failure of an unpickler on foreign bytes is bad input
-        raise InvalidInputError(
-            f"could not load the pickle/joblib file: {type(exc).__name__}: {exc}", "model"
-        ) from exc
-    check_trees(model)
+        check_model(model)
+    except UnsupportedModelError as exc:
+        raise InvalidInputError(f"the model file is unusable: {exc}", "model") from exc
     return model, fmt
 
 
-def check_trees(model: Any) -> None:
-    """Refuse a model whose tree node arrays are not a well-formed tree.
-
-    Checks, for every ``tree_`` of the model (itself, or its ``estimators_``): array lengths
-    equal ``node_count``; a node is a leaf on both sides or on neither; children lie in
-    range and *after* their parent (scikit-learn numbers nodes in creation order, so this
-    also excludes cycles); split features lie in ``[0, n_features_in_)``; the value array
-    has one row per node. Objects without trees are left to the engine's model check.
-
-    Raises
-    ------
-    InvalidInputError
-        With field ``model``.
-    """
-    if hasattr(model, "tree_"):
-        estimators = [model]
-    elif hasattr(model, "estimators_"):
-        try:
-            estimators = list(np.asarray(model.estimators_, dtype=object).ravel())
-        except Exception as exc:  # a crafted attribute that is not even a sequence
-            raise InvalidInputError(f"malformed estimators_: {exc}", "model") from exc
-    else:
-        return
-    n_features = getattr(model, "n_features_in_", None)
-    for k, est in enumerate(estimators):
-        tree = getattr(est, "tree_", None)
-        if tree is None:
-            continue
-        problem = _tree_problem(tree, n_features)
-        if problem:
-            raise InvalidInputError(f"the model file holds a malformed tree #{k}: {problem}", "model")
-
-
-def _tree_problem(tree: Any, n_features: Any) -> str | None:
-    try:
-        n = int(tree.node_count)
-        left = np.asarray(tree.children_left, dtype=np.int64)
-        right = np.asarray(tree.children_right, dtype=np.int64)
-        feat = np.asarray(tree.feature, dtype=np.int64)
-        value = np.asarray(tree.value)
-    except Exception as exc:  # attributes missing or of the wrong kind
-        return f"unreadable node arrays ({type(exc).__name__}: {exc})"
-    if n < 1 or not (len(left) == len(right) == len(feat) == n) or value.shape[:1] != (n,):
-        return "node arrays disagree with node_count"
-    internal = left >= 0
-    if not np.array_equal(internal, right >= 0):
-        return "a node has exactly one child"
-    idx = np.flatnonzero(internal)
-    if np.any(left[idx] >= n) or np.any(right[idx] >= n):
-        return "node indices out of range"
-    if np.any(left[idx] <= idx) or np.any(right[idx] <= idx):
-        return "a child precedes its parent (cycle)"
-    if np.any(feat[idx] < 0) or (
-        isinstance(n_features, int | np.integer) and np.any(feat[idx] >= n_features)
-    ):
-        return "split feature out of range"
-    return None
-
-
 def _load_skops(path: Path, max_unpacked_bytes: int | None) -> Any:
-    import skops.io as sio
-
     try:
         with zipfile.ZipFile(path) as zf:
             unpacked = sum(info.file_size for info in zf.infolist())
@@ -221,3 +211,7 @@ def _load_skops(path: Path, max_unpacked_bytes: int | None) -> Any:
         raise InvalidInputError(
             f"could not load the skops file: {type(exc).__name__}: {exc}", "model"
         ) from exc
+
+
+__all__ = ["ALLOWED_UNTRUSTED", "FILE_NAMES", "READERS", "Reader", "detect_format", "load_model_file",
+           "sniff"]

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from ._norms import acc, key
+from .splits import next_up
 
 # Kernels that never allocate are compiled without the runtime's reference counting
 # (``_nrt=False``, numba's switch for code that needs no runtime allocation; a kernel that
@@ -85,7 +86,7 @@ def box_dist(x, w, norm, cmin, cmax, integral, lo, hi, gcol, gstart, gcols, gcos
 
 
 @njit(**NO_NRT)
-def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, clcl, bound,
+def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, clcl, view32, bound,
                gcol, gstart, gcols, gcost, xcat, a0, a1):
     """Exact (infimum) distance to rectangle ``r`` under the constraints; inf if empty.
 
@@ -104,8 +105,8 @@ def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, c
         if cmax[f] < b:
             b = cmax[f]
             if is_open and not integral[f]:
-                # The constraint may leave no float32 value above the open end.
-                inside = np.float64(np.nextafter(np.float32(a), np.float32(np.inf)))
+                # The constraint may leave no value the model can see above the open end.
+                inside = next_up(a, view32)
                 if inside > b:
                     return np.inf
         if integral[f]:

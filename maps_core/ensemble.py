@@ -5,10 +5,11 @@ a leaf value vector per node, a base score, and a decision rule. The decision is
 
 ``scores(x) = base + sum over trees t of value[leaf_t(x)]``, then ``argmax(scores)``,
 
-where ``leaf_t(x)`` is found by sending ``x`` left when ``float32(x[f]) <= threshold``
-(scikit-learn casts inputs to float32 and compares them with float64 thresholds). Ties go
-to the lowest class index, except for binary gradient boosting, which predicts class 1
-when its raw score is ``>= 0`` (``tie_break="high"``).
+where ``leaf_t(x)`` is found by sending ``x`` left by the model's own comparison, its
+*split rule* (:mod:`maps_core.splits`: scikit-learn compares ``float32(x[f]) <= threshold``,
+XGBoost ``float32(x[f]) < threshold``, LightGBM ``x[f] <= threshold``). Ties go to the
+lowest class index, except for binary gradient boosting, which predicts class 1 when its
+raw score is ``>= 0`` (``tie_break="high"``).
 """
 
 from __future__ import annotations
@@ -21,18 +22,21 @@ import numpy as np
 from numba import njit
 
 from .exceptions import InvalidQueryError
+from .splits import FLOAT32_LE, model_view, rule_flags
 
 
 @njit(cache=True, nogil=True)
-def _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, out):
+def _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, out, view32, strict):
     """``base + sum over trees of the leaf values`` of row ``i`` of ``X`` into ``out``
-    (shape (n_classes,)), trees added in order; the model compares float32(x)."""
+    (shape (n_classes,)), trees added in order; the model compares its view of x
+    (``float32(x)`` when ``view32``) with ``<`` when ``strict``, else ``<=``."""
     for k in range(base.shape[0]):
         out[k] = base[k]
     for r in range(roots.shape[0]):
         node = roots[r]
         while nf[node] >= 0:
-            if np.float64(np.float32(X[i, nf[node]])) <= thr[node]:
+            v = model_view(X[i, nf[node]], view32)
+            if v < thr[node] or (not strict and v == thr[node]):
                 node = nl[node]
             else:
                 node = nr[node]
@@ -41,22 +45,22 @@ def _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, out):
 
 
 @njit(cache=True, nogil=True)
-def _scores(X, nf, thr, nl, nr, nv, roots, base):
+def _scores(X, nf, thr, nl, nr, nv, roots, base, view32, strict):
     """Class scores of every row of ``X`` (shape (n, m)), shape (n, n_classes)."""
     out = np.empty((X.shape[0], base.shape[0]))
     for i in range(X.shape[0]):
-        _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, out[i])
+        _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, out[i], view32, strict)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _predict(X, nf, thr, nl, nr, nv, roots, base, tie_high):
+def _predict(X, nf, thr, nl, nr, nv, roots, base, tie_high, view32, strict):
     """Class index of every row of ``X`` (shape (n, m)): the argmax of its scores, ties
     to the lowest index (the highest with ``tie_high``)."""
     out = np.empty(X.shape[0], dtype=np.int64)
     s = np.empty(base.shape[0])
     for i in range(X.shape[0]):
-        _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, s)
+        _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, s, view32, strict)
         top = 0
         for k in range(1, s.shape[0]):
             if s[k] > s[top] or (tie_high and s[k] == s[top]):
@@ -93,6 +97,9 @@ class FlatEnsemble:
         Constant added to the scores (gradient-boosting prior).
     tie_break : {"low", "high"}
         Which class wins an exact tie of scores.
+    split_rule : str
+        The model's comparison of an input with a threshold, one of
+        :data:`maps_core.splits.SPLIT_RULES` (default: scikit-learn's ``float32<=``).
     """
 
     kind: str
@@ -107,6 +114,10 @@ class FlatEnsemble:
     roots: np.ndarray
     base: np.ndarray
     tie_break: str = "low"
+    split_rule: str = FLOAT32_LE
+
+    def __post_init__(self) -> None:
+        rule_flags(self.split_rule)  # an unknown rule is refused at once
 
     @property
     def n_classes(self) -> int:
@@ -124,6 +135,8 @@ class FlatEnsemble:
         """SHA-256 over everything that determines the decision function."""
         h = hashlib.sha256()
         h.update(f"{self.kind}|{self.n_features}|{self.classes!r}|{self.tie_break}".encode())
+        if self.split_rule != FLOAT32_LE:  # keeps the fingerprints of maps saved before
+            h.update(f"|{self.split_rule}".encode())
         for a in (
             self.node_feature,
             self.node_threshold,
@@ -149,11 +162,12 @@ class FlatEnsemble:
         X : array-like of shape (n_samples, n_features)
         """
         X = self._checked(X)
-        # The model compares float32(x) with float64 thresholds. One compiled pass per row
-        # (a Python loop over trees cost ~10 ms per row on 100 trees); the summation order
-        # (base, then the trees in order) is kept whatever the layout of X.
+        # One compiled pass per row (a Python loop over trees cost ~10 ms per row on 100
+        # trees); the summation order (base, then the trees in order) is kept whatever the
+        # layout of X.
         return _scores(X, self.node_feature, self.node_threshold, self.node_left,
-                       self.node_right, self.node_value, self.roots, self.base)
+                       self.node_right, self.node_value, self.roots, self.base,
+                       *rule_flags(self.split_rule))
 
     def _checked(self, X: Any) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
@@ -172,4 +186,7 @@ class FlatEnsemble:
         """
         return _predict(self._checked(X), self.node_feature, self.node_threshold,
                         self.node_left, self.node_right, self.node_value, self.roots,
-                        self.base, self.tie_break == "high")
+                        self.base, self.tie_break == "high", *rule_flags(self.split_rule))
+
+
+__all__ = ["FlatEnsemble"]

@@ -5,8 +5,10 @@ Every split ``x[f] <= t`` of the ensemble becomes a *cut index*: the cells of fe
 cell ``j`` being ``s_{j-1} < x <= s_j``, and a node sends cell ``j`` left iff
 ``j <= cut``. Canonicalisation is where the feature domain pays off:
 
-* continuous: ``t`` becomes the largest float32 ``<= t`` (the model compares float32
-  inputs), so thresholds that no float32 value separates coincide;
+* continuous: ``t`` becomes the largest value of the model's view of an input that the
+  node sends left (:func:`maps_core.splits.canonical_thresholds`: for scikit-learn's
+  ``float32(x) <= t`` the largest float32 ``<= t``), so thresholds that no input the
+  model can see separates coincide;
 * integer / binary / categorical: ``t`` becomes ``floor(t)``, so ``1.5`` and ``1.9`` are one
   cut, and a binary feature keeps at most one;
 * thresholds at or beyond the domain's bounds disappear: the node always goes one way
@@ -25,31 +27,18 @@ from numba import njit
 from .ensemble import FlatEnsemble
 from .exceptions import InvalidQueryError
 from .schema import FeatureSchema
-
-
-def floor32(t: np.ndarray) -> np.ndarray:
-    """Largest float32 values ``<= t`` (elementwise), returned as float64."""
-    t = np.asarray(t, dtype=np.float64)
-    f = t.astype(np.float32)
-    up = f.astype(np.float64) > t
-    f[up] = np.nextafter(f[up], np.float32(-np.inf))
-    return f.astype(np.float64)
-
-
-def next_up32(v: float) -> float:
-    """Smallest float32 strictly greater than the float32 value ``v``."""
-    return float(np.nextafter(np.float32(v), np.float32(np.inf)))
+from .splits import canonical_thresholds, floor32, model_view, rule_flags
 
 
 @njit(cache=True, nogil=True)
-def cells_kernel(A, integral, thr_values, thr_offsets):
+def cells_kernel(A, integral, thr_values, thr_offsets, view32):
     """Cell index of every entry of ``A`` (shape (n, m)): the number of its feature's
-    thresholds below it (continuous values as float32, as the model compares them)."""
+    thresholds below it (continuous values in the model's view, float32 when ``view32``)."""
     n, m = A.shape
     out = np.empty((n, m), dtype=np.int32)
     for i in range(n):
         for f in range(m):
-            v = A[i, f] if integral[f] else np.float64(np.float32(A[i, f]))
+            v = A[i, f] if integral[f] else model_view(A[i, f], view32)
             lo = thr_offsets[f]
             hi = thr_offsets[f + 1]
             base = lo
@@ -117,6 +106,9 @@ class Grid:
         Cut index of every ensemble node (see module docs); 0 at leaves.
     raw_thresholds : int
         Distinct (feature, threshold) pairs of the model before canonicalisation.
+    view32 : bool
+        Whether the model sees continuous inputs as float32 (its split rule's view, see
+        :mod:`maps_core.splits`); cell bounds are values of that view.
     """
 
     thr_offsets: np.ndarray
@@ -131,6 +123,7 @@ class Grid:
     dom_upper: np.ndarray
     node_cut: np.ndarray
     raw_thresholds: int
+    view32: bool = True
 
     @property
     def n_features(self) -> int:
@@ -155,6 +148,7 @@ class Grid:
         dom_lo, dom_hi = schema.domains()
         integral = schema.integral_mask()
         feat = ens.node_feature
+        view32, _ = rule_flags(ens.split_rule)
         node_cut = np.zeros(ens.n_nodes, dtype=np.int32)
         thr_parts, cl, cu, clc, cuc = [], [], [], [], []
         raw = 0
@@ -162,7 +156,7 @@ class Grid:
             nodes = np.flatnonzero(feat == f)
             t = ens.node_threshold[nodes]
             raw += np.unique(t).size
-            v = np.floor(t) if integral[f] else floor32(t)
+            v = canonical_thresholds(t, ens.split_rule, bool(integral[f]))
             lo, hi = dom_lo[f], dom_hi[f]
             # x >= lo > v: always right; v >= hi >= x: always left.
             keep = (v >= lo) & (v < hi)
@@ -205,6 +199,7 @@ class Grid:
             dom_upper=dom_hi,
             node_cut=node_cut,
             raw_thresholds=int(raw),
+            view32=view32,
         )
 
     # -- points <-> cells -----------------------------------------------------------------
@@ -229,10 +224,11 @@ class Grid:
     def cells_of(self, A: np.ndarray) -> np.ndarray:
         """Cell index per feature of every row, shape (n_samples, n_features), int32.
 
-        Uses the model's view of the input: float32 for continuous features.
+        Uses the model's view of the input (float32 for continuous features of a model
+        that casts).
         """
         A = np.ascontiguousarray(A, dtype=np.float64)
-        return cells_kernel(A, self.integral, self.thr_values, self.thr_offsets)
+        return cells_kernel(A, self.integral, self.thr_values, self.thr_offsets, self.view32)
 
     def cell_points(self, cells: np.ndarray) -> np.ndarray:
         """A legal point inside each cell vector, shape (n, n_features).
@@ -246,12 +242,20 @@ class Grid:
             g = cells[:, f] + self.cell_offsets[f]
             lo, hi = self.cell_lower[g], self.cell_upper[g]
             v = np.where(np.isfinite(hi), hi, np.where(np.isfinite(lo), lo + 1.0, 0.0))
-            if not self.integral[f]:
+            if not self.integral[f] and self.view32:
                 # Upper ends of continuous cells are float32 thresholds (exact); an
                 # unbounded upper cell takes a float32 value above its lower end.
                 v32 = floor32(v)
                 need = ~np.isfinite(hi)
                 bump = np.nextafter(lo.astype(np.float32), np.float32(np.inf)).astype(np.float64)
                 v = np.where(need & np.isfinite(lo), np.maximum(v32, bump), v32)
+            elif not self.integral[f]:
+                # float64 view: upper ends are thresholds; an unbounded upper cell takes
+                # the next float64 above its lower end.
+                need = ~np.isfinite(hi) & np.isfinite(lo)
+                v = np.where(need, np.maximum(v, np.nextafter(lo, np.inf)), v)
             out[:, f] = v
         return out
+
+
+__all__ = ["Grid", "cells_kernel"]

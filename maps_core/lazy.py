@@ -68,8 +68,9 @@ Query = namedtuple("Query", ["x", "w", "norm", "cmin", "cmax", "integral", "tmas
 #: The class KD-trees (:class:`maps_core.index.KDForest`) and the partition's boxes.
 Forest = namedtuple("Forest", ["node_lo", "node_hi", "left", "right", "kstart", "kend",
                                "order", "class_root", "labels", "rlo", "rhi"])
-#: The grid's cells: per-feature offsets, real bounds and whether the lower end is closed.
-Cells = namedtuple("Cells", ["coff", "clow", "cupp", "clcl"])
+#: The grid's cells: per-feature offsets, real bounds, whether the lower end is closed,
+#: and whether the model sees float32 inputs (:mod:`maps_core.splits`).
+Cells = namedtuple("Cells", ["coff", "clow", "cupp", "clcl", "view32"])
 
 
 @njit(cache=True, nogil=True)
@@ -297,7 +298,7 @@ def _scan_leaf(q, fo, ce, kern, nd, own, best, cand, n_c, keys, vals, n, pend, n
             continue
         evaluated += 1
         dd = rect_dist(r, q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, fo.rlo, fo.rhi,
-                       ce.coff, ce.clow, ce.cupp, ce.clcl, best[k - 1], q.gcol, q.gstart,
+                       ce.coff, ce.clow, ce.cupp, ce.clcl, ce.view32, best[k - 1], q.gcol, q.gstart,
                        q.gcols, q.gcost, q.xcat, a0, a1)
         if dd >= best[k - 1]:
             continue
@@ -365,7 +366,7 @@ def _queue_slot(q, ce, pend, s2, n_free, keys, vals, n, start, cs, bound, a0, a1
     own distance when that is below ``bound``; otherwise free the slot. Returns
     (n, n_free)."""
     dd = rect_dist(s2, q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, pend.lo, pend.hi,
-                   ce.coff, ce.clow, ce.cupp, ce.clcl, bound, q.gcol, q.gstart, q.gcols,
+                   ce.coff, ce.clow, ce.cupp, ce.clcl, ce.view32, bound, q.gcol, q.gstart, q.gcols,
                    q.gcost, q.xcat, a0, a1)
     if dd >= bound:
         pend.free[n_free] = s2

@@ -41,6 +41,7 @@ from .grid import cells_kernel
 from .lazy import Query, best_first
 from .options import QueryOptions
 from .partition import MIXED, refine_region
+from .splits import model_view, next_down, next_up
 
 
 # --------------------------------------------------------------------------------------
@@ -48,19 +49,19 @@ from .partition import MIXED, refine_region
 # --------------------------------------------------------------------------------------
 @njit(cache=True, nogil=True)
 def _locate(A, integral, dom_lower, dom_upper, thr_values, thr_offsets, node_lo, node_hi, left,
-            right, start, end, order, class_root, rlo, rhi):
+            right, start, end, order, class_root, rlo, rhi, view32):
     """Rectangle containing each row of ``A`` (shape (n, m)), -1 where none does."""
     n, m = A.shape
-    C = cells_kernel(A, integral, thr_values, thr_offsets)
+    C = cells_kernel(A, integral, thr_values, thr_offsets, view32)
     P = np.empty(m)  # the row as the model sees it, inside the domain
     out = np.full(n, -1, dtype=np.int64)
     stack = np.empty(256, dtype=np.int64)
     for i in range(n):
         for f in range(m):
-            # The model's view of a continuous value is float32(x), which may sit a
-            # fraction of an ulp outside a domain bound that is not a float32; its cell is
-            # still the edge one.
-            v = A[i, f] if integral[f] else np.float64(np.float32(A[i, f]))
+            # The model's view of a continuous value (float32(x) for a model that casts)
+            # may sit a fraction of an ulp outside a domain bound that is not a float32;
+            # its cell is still the edge one.
+            v = A[i, f] if integral[f] else model_view(A[i, f], view32)
             P[f] = min(max(v, dom_lower[f]), dom_upper[f])
         found = -1
         for c in range(class_root.shape[0]):
@@ -104,7 +105,7 @@ def _locate(A, integral, dom_lower, dom_upper, thr_values, thr_offsets, node_lo,
 
 @njit(cache=True, nogil=True)
 def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat, labels, rlo,
-          rhi, coff, clow, cupp, clcl, with_mixed):
+          rhi, coff, clow, cupp, clcl, view32, with_mixed):
     """Linear scan over every rectangle: distance per rectangle (inf if not a target;
     mixed ones get their distance when ``with_mixed``)."""
     n = labels.shape[0]
@@ -116,12 +117,12 @@ def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, x
         if (lab < 0 and not (with_mixed and lab == -1)) or (lab >= 0 and not tmask[lab]):
             continue
         out[r] = rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
-                            clcl, np.inf, gcol, gstart, gcols, gcost, xcat, a0, a1)
+                           clcl, view32, np.inf, gcol, gstart, gcols, gcost, xcat, a0, a1)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, integral):
+def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, integral, view32):
     """Region of the rectangle ``lo_cells..hi_cells`` (cell indices, shape (m,)) clipped to
     the constraint box ``cmin..cmax``, and the point of it nearest to ``x`` that the model
     sees inside it. Returns (point, lower, upper, lower_closed, upper_closed), shape (m,)."""
@@ -152,22 +153,23 @@ def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, inte
         v = x[f]
         pf = min(max(v, lo_f), hi_f)
         if not integral[f]:
-            x32 = np.float64(np.float32(v))
+            x32 = model_view(v, view32)
             if (pf == v and (v > lo_f or lc) and (x32 > cell_lo or (clcl[gl] and x32 >= cell_lo))
                     and x32 <= cupp[gh]):
                 # x's own value is in the region and the model's view of it in the cell:
                 # leave the feature untouched (an immutable feature must not move by an ulp).
                 p[f] = v
                 continue
-            # The model sees float32(p): make sure that value is inside the interval.
-            v32 = np.float64(np.float32(pf))
+            # The model sees its view of p (float32(p) for a model that casts): make sure
+            # that value is inside the interval.
+            v32 = model_view(pf, view32)
             if v32 < lo_f or (v32 == lo_f and not lc):
-                v32 = np.float64(np.nextafter(np.float32(lo_f), np.float32(np.inf)))
-                if v32 < lo_f:  # lo_f not a float32: go one more step
-                    v32 = np.float64(np.nextafter(np.float32(v32), np.float32(np.inf)))
+                v32 = next_up(lo_f, view32)
+                if v32 < lo_f:  # lo_f not on the view's lattice: go one more step
+                    v32 = next_up(v32, view32)
                 pf = v32
             elif v32 > hi_f:
-                pf = np.float64(np.nextafter(np.float32(hi_f), np.float32(-np.inf)))
+                pf = next_down(hi_f, view32)
             elif pf != v:
                 pf = v32
         p[f] = pf
@@ -248,6 +250,7 @@ def assemble(
         x, np.ascontiguousarray(lo_cells, dtype=np.int32),
         np.ascontiguousarray(hi_cells, dtype=np.int32), cmin, cmax, g.cell_offsets,
         g.cell_lower, g.cell_upper, g.cell_lower_closed, g.cell_upper_closed, g.integral,
+        g.view32,
     )
     # One-hot groups: stay on x's category when the region allows it, otherwise take the
     # first category the region allows (all switches cost the same).
@@ -284,7 +287,7 @@ def locate_rect(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
     g, ix, part = engine.grid, engine.index, engine.partition
     return _locate(A, g.integral, g.dom_lower, g.dom_upper, g.thr_values, g.thr_offsets,
                    ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
-                   ix.class_root, part.lo, part.hi)
+                   ix.class_root, part.lo, part.hi, g.view32)
 
 
 def locate(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
@@ -422,7 +425,7 @@ def linear_scan(engine: SearchEngine, x: np.ndarray, t_idx: int, opts: QueryOpti
     tmask[t_idx] = True
     g, part = engine.grid, engine.partition
     rects: tuple[Any, ...] = (part.labels, part.lo, part.hi, g.cell_offsets, g.cell_lower,
-                              g.cell_upper, g.cell_lower_closed, False)
+                              g.cell_upper, g.cell_lower_closed, g.view32, False)
     d = _scan(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin, cmax,
               g.integral, tmask, *opts.group_args(x), *rects)
     r = int(np.argmin(d))

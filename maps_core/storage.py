@@ -34,6 +34,7 @@ from .index import KDForest
 from .partition import Partition
 from .results import BuildStats
 from .schema import FeatureSchema
+from .splits import FLOAT32_LE
 
 FORMAT = "cfmaps"
 FORMAT_VERSION = 1
@@ -129,9 +130,11 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str]) -> BuildStats:
                 "classes": ens.classes,
                 "feature_names": ens.feature_names,
                 "tie_break": ens.tie_break,
+                "split_rule": ens.split_rule,
             },
             "schema": maps.schema.to_dicts(),
-            "grid": {"raw_thresholds": maps.grid.raw_thresholds},
+            "grid": {"raw_thresholds": maps.grid.raw_thresholds,
+                     "view32": bool(maps.grid.view32)},
             "partition": {"counters": maps.partition.counters},
             "stats": stats,
             "arrays": entries,
@@ -211,9 +214,12 @@ def load_artifact(
             classes=list(mm["classes"]),
             feature_names=mm["feature_names"],
             tie_break=mm["tie_break"],
+            # maps saved before split rules were recorded are scikit-learn's
+            split_rule=mm.get("split_rule", FLOAT32_LE),
             **{n: arrays[f"ensemble.{n}"] for n in _ENSEMBLE},
         )
         grid = Grid(raw_thresholds=int(manifest["grid"]["raw_thresholds"]),
+                    view32=bool(manifest["grid"].get("view32", True)),
                     **{n: arrays[f"grid.{n}"] for n in _GRID})
         part = Partition(
             lo=arrays["partition.lo"], hi=arrays["partition.hi"],

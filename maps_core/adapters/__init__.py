@@ -1,5 +1,98 @@
-"""Adapters that turn fitted models into :class:`~maps_core.ensemble.FlatEnsemble`."""
+"""Adapters that turn fitted models into :class:`~maps_core.ensemble.FlatEnsemble`.
 
-from .sklearn import flatten_model
+One module per model library, each exporting an :class:`Adapter` registered here. An
+adapter states what it accepts, checks a model's structure before any of the library's own
+code runs on it (:meth:`Adapter.check`: a crafted tree must never reach a compiled
+``predict`` that trusts it), and flattens it, stating the library's split rule
+(:mod:`maps_core.splits`) and tie-break in the flat ensemble.
 
-__all__ = ["flatten_model"]
+Adding a library means one module here (an :class:`Adapter`, registered below) plus, for
+the service, one reader of its file format in :mod:`app.modelio`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..ensemble import FlatEnsemble
+from ..exceptions import UnsupportedModelError
+from .sklearn import SKLEARN
+
+
+class Adapter(Protocol):
+    """What the registry needs of a model library's adapter."""
+
+    #: Short name of the library (``"sklearn"``).
+    name: str
+    #: Model types it supports, for error messages.
+    supported: tuple[str, ...]
+
+    def accepts(self, model: Any) -> bool:
+        """Whether the model belongs to this adapter's library (supported or not: the
+        adapter then explains what is wrong with it)."""
+        ...
+
+    def check(self, model: Any) -> None:
+        """Refuse a model whose structure could crash or hang code that trusts it.
+
+        Raises :class:`UnsupportedModelError` (message names the problem)."""
+        ...
+
+    def flatten(self, model: Any) -> FlatEnsemble:
+        """The flat ensemble of a supported, fitted model."""
+        ...
+
+
+#: The registered adapters, asked in order.
+ADAPTERS: list[Adapter] = [SKLEARN]
+
+
+def adapter_for(model: Any) -> Adapter:
+    """The adapter of the model's library.
+
+    Raises
+    ------
+    UnsupportedModelError
+        When no registered adapter accepts the model.
+    """
+    for adapter in ADAPTERS:
+        if adapter.accepts(model):
+            return adapter
+    supported = [k for a in ADAPTERS for k in a.supported]
+    raise UnsupportedModelError(
+        f"unsupported model type {type(model).__name__!r}; supported: {', '.join(supported)}"
+    )
+
+
+def check_model(model: Any) -> None:
+    """Structural check of a freshly loaded model by its adapter (see :meth:`Adapter.check`);
+    objects no adapter accepts are left to :func:`flatten_model` to refuse."""
+    for adapter in ADAPTERS:
+        if adapter.accepts(model):
+            adapter.check(model)
+            return
+
+
+def flatten_model(model: Any) -> FlatEnsemble:
+    """Convert a fitted tree-ensemble classifier to a :class:`FlatEnsemble`.
+
+    Parameters
+    ----------
+    model : estimator
+        A fitted model of a registered library (see :data:`ADAPTERS`; today scikit-learn's
+        ``DecisionTreeClassifier``, ``ExtraTreeClassifier``, ``RandomForestClassifier``,
+        ``ExtraTreesClassifier`` and ``GradientBoostingClassifier``).
+
+    Returns
+    -------
+    FlatEnsemble
+
+    Raises
+    ------
+    UnsupportedModelError
+        For any other object, an unfitted, malformed or multi-output model.
+    """
+    return adapter_for(model).flatten(model)
+
+
+__all__ = ["ADAPTERS", "Adapter", "adapter_for", "check_model", "flatten_model"]

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
+from ..splits import FLOAT32_LE
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
@@ -46,37 +47,81 @@ def _check(model: Any) -> str:
     return kind
 
 
-def _validate_tree(tree: Any, values: np.ndarray, n_features: int) -> None:
-    """Refuse node arrays that are not a proper binary tree over ``n_features`` inputs.
+def tree_problem(tree: Any, n_features: Any) -> str | None:
+    """What is wrong with a fitted tree's node arrays, or None when they form a proper
+    binary tree over ``n_features`` inputs.
 
-    The extraction and query kernels index these arrays without bounds checks, so a
-    crafted or corrupted model must be stopped here: children must come after their
-    parent (as scikit-learn numbers them; this also rules out cycles), every node but the
-    root must have exactly one parent, features must exist and numbers must be finite.
+    scikit-learn's compiled ``predict`` and this engine's kernels index these arrays
+    without bounds checks, so a crafted or corrupted model must be stopped before either
+    runs: array lengths equal ``node_count``; a node is a leaf on both sides or on
+    neither; children lie in range and *after* their parent (as scikit-learn numbers
+    them, which also excludes cycles), and every node but the root has exactly one
+    parent; split features lie in ``[0, n_features)``; thresholds and values are finite.
     """
-    n = int(tree.node_count)
-    left = np.asarray(tree.children_left)
-    right = np.asarray(tree.children_right)
-    feat = np.asarray(tree.feature)
-    thr = np.asarray(tree.threshold)
-    if n < 1 or any(a.shape != (n,) for a in (left, right, feat, thr)) or values.shape[0] != n:
-        raise UnsupportedModelError("a tree's node arrays are inconsistent (corrupt model?)")
-    leaf = left < 0
-    if np.any(leaf != (right < 0)) or np.any(left[leaf] != -1) or np.any(right[leaf] != -1):
-        raise UnsupportedModelError("a tree has a node with exactly one child (corrupt model?)")
-    idx = np.flatnonzero(~leaf)
+    try:
+        n = int(tree.node_count)
+        left = np.asarray(tree.children_left, dtype=np.int64)
+        right = np.asarray(tree.children_right, dtype=np.int64)
+        feat = np.asarray(tree.feature, dtype=np.int64)
+        thr = np.asarray(tree.threshold, dtype=np.float64)
+        value = np.asarray(tree.value, dtype=np.float64)
+    except Exception as exc:  # attributes missing or of the wrong kind
+        return f"unreadable node arrays ({type(exc).__name__}: {exc})"
+    if (n < 1 or not (len(left) == len(right) == len(feat) == len(thr) == n)
+            or value.shape[:1] != (n,)):
+        return "node arrays disagree with node_count"
+    internal = left >= 0
+    if not np.array_equal(internal, right >= 0):
+        return "a node has exactly one child"
+    idx = np.flatnonzero(internal)
+    if np.any(left[idx] >= n) or np.any(right[idx] >= n):
+        return "node indices out of range"
+    if np.any(left[idx] <= idx) or np.any(right[idx] <= idx):
+        return "a child precedes its parent (cycle)"
     kids = np.concatenate([left[idx], right[idx]])
-    if (np.any(left[idx] <= idx) or np.any(right[idx] <= idx) or np.any(kids >= n)
-            or np.unique(kids).size != kids.size or kids.size != n - 1):
-        raise UnsupportedModelError("a tree's child indices do not form a tree (corrupt model?)")
-    if np.any(feat[idx] < 0) or np.any(feat[idx] >= n_features):
-        raise UnsupportedModelError("a tree splits on a feature the model does not have")
-    if not (np.all(np.isfinite(thr[idx])) and np.all(np.isfinite(values))):
-        raise UnsupportedModelError("a tree holds a non-finite threshold or leaf value")
+    if np.unique(kids).size != kids.size or kids.size != n - 1:
+        return "child indices do not form a tree (a node with two parents)"
+    if np.any(feat[idx] < 0) or (
+        isinstance(n_features, int | np.integer) and np.any(feat[idx] >= n_features)
+    ):
+        return "split feature out of range"
+    if not (np.all(np.isfinite(thr[idx])) and np.all(np.isfinite(value))):
+        return "a non-finite threshold or leaf value"
+    return None
+
+
+def _estimators(model: Any) -> list[Any]:
+    """The fitted trees' owners of a model (itself, or its ``estimators_``)."""
+    if hasattr(model, "tree_"):
+        return [model]
+    try:
+        return list(np.asarray(getattr(model, "estimators_", []), dtype=object).ravel())
+    except Exception as exc:  # a crafted attribute that is not even a sequence
+        raise UnsupportedModelError(f"malformed estimators_: {exc}") from exc
+
+
+def check_trees(model: Any) -> None:
+    """Refuse a model holding a malformed tree (see :func:`tree_problem`).
+
+    Raises
+    ------
+    UnsupportedModelError
+        Naming the tree and its problem.
+    """
+    n_features = getattr(model, "n_features_in_", None)
+    for k, est in enumerate(_estimators(model)):
+        tree = getattr(est, "tree_", None)
+        if tree is None:
+            continue
+        problem = tree_problem(tree, n_features)
+        if problem:
+            raise UnsupportedModelError(f"the model holds a malformed tree #{k}: {problem}")
 
 
 def _append_tree(tree: Any, values: np.ndarray, acc: dict[str, list[np.ndarray]], n_features: int) -> None:
-    _validate_tree(tree, values, n_features)
+    problem = tree_problem(tree, n_features)
+    if problem:
+        raise UnsupportedModelError(f"a tree of the model is malformed: {problem}")
     offset = sum(a.shape[0] for a in acc["feature"])
     feat = tree.feature.astype(np.int32)
     left = tree.children_left.astype(np.int32)
@@ -99,7 +144,7 @@ def _proba_values(tree: Any) -> np.ndarray:
     return v / s
 
 
-def flatten_model(model: Any) -> FlatEnsemble:
+def flatten(model: Any) -> FlatEnsemble:
     """Convert a fitted scikit-learn tree classifier to a :class:`FlatEnsemble`.
 
     Parameters
@@ -174,4 +219,28 @@ def flatten_model(model: Any) -> FlatEnsemble:
         roots=np.concatenate(acc["root"]),
         base=base,
         tie_break=tie_break,
+        split_rule=FLOAT32_LE,  # sklearn compares float32(x) <= t (t float64)
     )
+
+
+class SklearnAdapter:
+    """The registry's adapter for scikit-learn (see :class:`maps_core.adapters.Adapter`)."""
+
+    name: str = "sklearn"
+    supported: tuple[str, ...] = SUPPORTED
+
+    def accepts(self, model: Any) -> bool:
+        # Any scikit-learn object: this adapter names what is wrong with an unsupported one
+        # (a Pipeline, a regressor, an unfitted model).
+        return type(model).__module__.split(".")[0] == "sklearn"
+
+    def check(self, model: Any) -> None:
+        check_trees(model)
+
+    def flatten(self, model: Any) -> FlatEnsemble:
+        return flatten(model)
+
+
+SKLEARN = SklearnAdapter()
+
+__all__ = ["SKLEARN", "SUPPORTED", "SklearnAdapter", "check_trees", "flatten", "tree_problem"]

@@ -230,7 +230,7 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
 
     def held(cls: Any, model: Any, schema: Any = None, **kw: Any) -> Any:
         kw["progress"](0.5)
-        assert release.wait(30)
+        assert release.wait(120)  # the held queries may compile the kernels first (~30 s)
         kw["progress"](0.6)  # raises when the build was cancelled meanwhile
         return real(cls, model, schema, **kw)
 
