@@ -377,6 +377,7 @@ class Registry:
                 entry.fingerprint is not None and entry.fingerprint != fingerprint
             ):
                 raise InvalidInputError("the maps do not belong to the model file next to them")
+            maps.attach_model(model)  # near-tie points decided by the model, as in the build
             if maps.feature_names != [f["name"] for f in entry.features]:
                 raise InvalidInputError("the maps' features differ from spec.json")
         except (MapsError, ApiError, OSError, KeyError) as exc:

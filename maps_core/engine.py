@@ -4,12 +4,24 @@ Loading maps (or building them) yields the ensemble, the grid, the partition and
 forest as arrays. Everything a query derives from them and would otherwise recompute or
 cache ad hoc lives here, built once: the ensemble in kernel layout, the arrays grouped the
 way the search kernel takes them, the features' widths (the scale of the first deepening
-radius), whether a budgeted build left mixed regions, and the cache of schema-default
-query options (filled by :func:`maps_core.options.make_options`).
+radius), whether a budgeted build left mixed regions, the cache of schema-default query
+options (filled by :func:`maps_core.options.make_options`), and the *exact decision* for
+points whose scores nearly tie (:meth:`SearchEngine.classify`).
+
+Where the query path labels a point itself (a query point inside a mixed region, a
+near-tie box of the mixed-region search), the flat ensemble's float64 sums decide whenever
+the margin exceeds the certificates' tolerance: the library's own arithmetic cannot differ
+from them by that much. Below it, the model itself decides, through the ``labeler`` the
+extraction uses too (attached by :meth:`CounterfactualMaps.build
+<maps_core.maps.CounterfactualMaps.build>` and :meth:`~maps_core.maps.CounterfactualMaps.attach_model`).
+Maps loaded without their model fall back to the flat ensemble there, which is the
+model's decision bit for bit for scikit-learn's gradient boosting (same terms, same order)
+and can differ for a forest only where two class sums lie within an ulp.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +59,9 @@ class SearchEngine:
     defaults : dict
         Schema-default :class:`~maps_core.options.QueryOptions` per (norm, k), filled on
         first use and shared by every query (never written to after insertion).
+    labeler : callable, optional
+        ``labeler(points) -> class indices`` by the model itself, shape (n, m) -> (n,),
+        for near-tie points (see the module docs).
     """
 
     ensemble: FlatEnsemble
@@ -60,11 +75,12 @@ class SearchEngine:
     widths: np.ndarray
     has_mixed: bool
     defaults: dict[tuple[str, int], Any] = field(default_factory=dict)
+    labeler: Callable[[np.ndarray], np.ndarray] | None = None
 
     @classmethod
     def assemble(
         cls, ensemble: FlatEnsemble, schema: FeatureSchema, grid: Grid, partition: Partition,
-        index: KDForest,
+        index: KDForest, labeler: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> SearchEngine:
         """The engine of the given parts (arrays are shared, not copied)."""
         ix, part, g = index, partition, grid
@@ -75,8 +91,19 @@ class SearchEngine:
         return cls(
             ensemble=ensemble, schema=schema, grid=grid, partition=partition, index=index,
             kernel=Kernel.make(ensemble, grid), forest=forest, cells=cells,
-            widths=_widths(grid), has_mixed=bool(partition.n_mixed),
+            widths=_widths(grid), has_mixed=bool(partition.n_mixed), labeler=labeler,
         )
+
+    def classify(self, A: np.ndarray) -> np.ndarray:
+        """The model's class index of every row of ``A`` (shape (n, m), legal points),
+        shape (n,): the flat ensemble's argmax, and the model itself where the margin is
+        within the certificates' tolerance and a labeler is attached."""
+        idx, margin = self.ensemble.predict_margin(A)
+        if self.labeler is not None:
+            near = margin <= self.kernel.tol
+            if near.any():
+                idx[near] = self.labeler(np.ascontiguousarray(A[near]))
+        return idx
 
     @property
     def classes(self) -> list[Any]:

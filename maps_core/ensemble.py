@@ -56,8 +56,10 @@ def _scores(X, nf, thr, nl, nr, nv, roots, base, view32, strict):
 @njit(cache=True, nogil=True)
 def _predict(X, nf, thr, nl, nr, nv, roots, base, tie_high, view32, strict):
     """Class index of every row of ``X`` (shape (n, m)): the argmax of its scores, ties
-    to the lowest index (the highest with ``tie_high``)."""
+    to the lowest index (the highest with ``tie_high``); and its margin over the
+    runner-up (``inf`` with one class). Two arrays of shape (n,)."""
     out = np.empty(X.shape[0], dtype=np.int64)
+    margin = np.empty(X.shape[0])
     s = np.empty(base.shape[0])
     for i in range(X.shape[0]):
         _row_scores(X, i, nf, thr, nl, nr, nv, roots, base, s, view32, strict)
@@ -66,7 +68,12 @@ def _predict(X, nf, thr, nl, nr, nv, roots, base, tie_high, view32, strict):
             if s[k] > s[top] or (tie_high and s[k] == s[top]):
                 top = k
         out[i] = top
-    return out
+        gap = np.inf
+        for k in range(s.shape[0]):
+            if k != top and s[top] - s[k] < gap:
+                gap = s[top] - s[k]
+        margin[i] = gap
+    return out, margin
 
 
 @dataclass(frozen=True, eq=False)
@@ -180,13 +187,23 @@ class FlatEnsemble:
     def predict_index(self, X: np.ndarray) -> np.ndarray:
         """Predicted class indices, shape (n_samples,).
 
-        Computed in float64 with a summation order that may differ from the model's own in
-        the last bit; the extraction therefore never relies on it for near-ties (it asks
-        the model itself there).
+        The scores are the model's leaf values summed in float64 in tree order. A library
+        may compute them differently in the last bits (scikit-learn's forests divide the
+        sum by the number of trees before the argmax, which can merge two sums one ulp
+        apart), so where the best and second-best scores nearly tie this may differ from
+        the model's own ``predict``; :meth:`predict_margin` tells where, and neither the
+        extraction nor the query path relies on it there (they ask the model itself; see
+        :class:`maps_core.engine.SearchEngine`).
         """
-        return _predict(self._checked(X), self.node_feature, self.node_threshold,
-                        self.node_left, self.node_right, self.node_value, self.roots,
-                        self.base, self.tie_break == "high", *rule_flags(self.split_rule))
+        return self.predict_margin(X)[0]
+
+    def predict_margin(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted class indices and each row's margin (best score minus runner-up),
+        two arrays of shape (n_samples,)."""
+        idx, margin = _predict(self._checked(X), self.node_feature, self.node_threshold,
+                               self.node_left, self.node_right, self.node_value, self.roots,
+                               self.base, self.tie_break == "high", *rule_flags(self.split_rule))
+        return idx, margin
 
 
 __all__ = ["FlatEnsemble"]

@@ -14,7 +14,7 @@ import numpy as np
 from .adapters import flatten_model
 from .engine import SearchEngine
 from .ensemble import FlatEnsemble
-from .exceptions import InvalidQueryError, SchemaError
+from .exceptions import ArtifactError, InvalidQueryError, SchemaError
 from .grid import Grid
 from .index import KDForest, build_index
 from .options import QueryOptions, categories, make_options
@@ -54,6 +54,7 @@ class CounterfactualMaps:
         index: KDForest,
         stats: BuildStats,
         fingerprint: str | None = None,
+        labeler: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.ensemble = ensemble
         self.schema = schema
@@ -63,7 +64,7 @@ class CounterfactualMaps:
         self.stats = stats
         self.fingerprint = fingerprint or ensemble.fingerprint()
         #: Query-time arrays and caches, built once (see :class:`SearchEngine`).
-        self.engine = SearchEngine.assemble(ensemble, schema, grid, partition, index)
+        self.engine = SearchEngine.assemble(ensemble, schema, grid, partition, index, labeler)
 
     # -- properties -----------------------------------------------------------------------
     @property
@@ -143,7 +144,24 @@ class CounterfactualMaps:
             raw_thresholds=int(grid.raw_thresholds),
             extra=dict(part.counters),
         )
-        return cls(ens, schema, grid, part, index, stats)
+        return cls(ens, schema, grid, part, index, stats, labeler=labeler)
+
+    def attach_model(self, model: Any) -> None:
+        """Let the model itself decide the points whose scores nearly tie, as it did
+        during the build (see :mod:`maps_core.engine`). Maps built from a model have it
+        already; loaded maps need it for the model's own tie-breaking to the last bit.
+
+        Raises
+        ------
+        UnsupportedModelError
+            The model is not one :func:`flatten_model` supports.
+        ArtifactError
+            The model is not the one these maps were built from (fingerprints differ).
+        """
+        ens = flatten_model(model)
+        if ens.fingerprint() != self.fingerprint:
+            raise ArtifactError("the model is not the one these maps were built from")
+        self.engine = replace(self.engine, labeler=_model_labeler(model, ens))
 
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:

@@ -291,14 +291,15 @@ def locate_rect(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
 
 
 def locate(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
-    """Class index of every row: the label of its rectangle (model itself in mixed ones)."""
+    """Class index of every row: the label of its rectangle, the model's decision
+    (:meth:`SearchEngine.classify`) in mixed ones."""
     rid = locate_rect(engine, A)
     lab = np.asarray(engine.partition.labels)[rid].astype(np.int64)
     # A complete partition covers every legal point; rid < 0 would be a bug, and then the
     # ensemble's own arithmetic is the safe answer.
     mixed = (lab == MIXED) | (rid < 0)
     if mixed.any():
-        lab[mixed] = engine.ensemble.predict_index(A[mixed])
+        lab[mixed] = engine.classify(A[mixed])
     return lab
 
 
@@ -370,7 +371,7 @@ def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOp
     rid = int(locate_rect(engine, x[None, :])[0])
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
-        pred = int(engine.ensemble.predict_index(x[None, :])[0])
+        pred = int(engine.classify(x[None, :])[0])
     cmin, cmax = opts.constraint_box(x)
     if t_idx is not None and t_idx == pred and np.all((cmin <= x) & (x <= cmax)):
         return _stays(engine, x, rid, pred, cmin, cmax, opts)
@@ -396,7 +397,7 @@ def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOp
             "max_rectangles)"
         )
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
-        t_lab = engine.ensemble.predict_index(g.cell_points((t_lo + t_hi) // 2))
+        t_lab = engine.classify(g.cell_points((t_lo + t_hi) // 2))
         keep = tmask[t_lab]
         c_lo, c_hi = np.concatenate([c_lo, t_lo[keep]]), np.concatenate([c_hi, t_hi[keep]])
         c_lab, c_d = np.concatenate([c_lab, t_lab[keep]]), np.concatenate([c_d, t_d[keep]])
