@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from maps_core import CounterfactualMaps, Feature, FeatureSchema, MapsError, read_table
+from maps_core import NORM_NAMES, CounterfactualMaps, Feature, FeatureSchema, MapsError, read_table
 from maps_core.results import CounterfactualResult
 
 
@@ -525,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(@FILE reads it from a file, - from stdin)",
     )
     q.add_argument("--target", metavar="T", help="desired class (default: nearest other class)")
-    q.add_argument("--norm", default="l1", choices=("l1", "l2", "linf", "l0"), help="distance (default: l1)")
+    q.add_argument("--norm", default="l1", choices=NORM_NAMES, help="distance (default: l1)")
     q.add_argument(
         "--options",
         metavar="JSON",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
@@ -29,13 +29,18 @@ from pydantic import (
 )
 from pydantic import ValidationError as PydanticValidationError
 
-from maps_core import Counterfactual, CounterfactualResult
+from maps_core import NORM_NAMES, Counterfactual, CounterfactualResult
 
 from .errors import InvalidInputError, PayloadTooLargeError
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Weight = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0)]
-Norm = Literal["l1", "l2", "linf", "l0"]
+if TYPE_CHECKING:
+    Norm = str
+else:
+    # The engine's norms (maps_core._norms) are the one list; a Literal gives the enum of
+    # the OpenAPI schema and the validation message.
+    Norm = Literal[NORM_NAMES]
 Direction = Literal["any", "increase", "decrease"]
 
 

@@ -14,6 +14,7 @@ Examples
 >>> res.best.x, res.best.distance, res.best.region         # doctest: +SKIP
 """
 
+from ._norms import NORM_NAMES
 from .adapters import flatten_model
 from .data import Dataset, load_csv, read_table
 from .ensemble import FlatEnsemble
@@ -33,6 +34,7 @@ from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStat
 from .schema import Feature, FeatureSchema
 
 __all__ = [
+    "NORM_NAMES",
     "ArtifactError",
     "ArtifactNotFoundError",
     "BudgetExceededError",
