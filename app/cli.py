@@ -24,17 +24,16 @@ import json
 import math
 import os
 import sys
-import threading
-import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
-from maps_core import NORM_NAMES, CounterfactualMaps, Feature, FeatureSchema, MapsError, read_table
+from maps_core import NORM_NAMES, CounterfactualMaps, FeatureSchema, MapsError, load_csv
 from maps_core.results import CounterfactualResult
+
+from .progress import ProgressBar
 
 
 class CLIError(Exception):
@@ -103,33 +102,6 @@ def load_spec(path: str | os.PathLike[str]) -> FeatureSchema:
         raise CLIError(f"spec {p}: {exc}") from exc
 
 
-def read_csv_table(
-    path: str | os.PathLike[str],
-) -> tuple[list[str], list[str] | None, list[list[str]]]:
-    """(names, type codes or None, data rows) of a CSV: :func:`maps_core.read_table`, with
-    its errors reported as CLI errors."""
-    try:
-        return read_table(path)
-    except MapsError as exc:
-        raise CLIError(str(exc)) from exc
-
-
-_MISSING = {"", "na", "nan", "?", "null", "none"}
-
-
-def _to_float(v: str, column: str, line: int, path: str) -> float:
-    s = v.strip()
-    if s.lower() in _MISSING:
-        return math.nan
-    try:
-        return float(s)
-    except ValueError:
-        raise CLIError(
-            f"{path}, line {line}: column {column!r} has the non-numeric value {s!r}; the data "
-            "must hold the model's numeric input columns (one-hot encode categories first)"
-        ) from None
-
-
 def schema_from_data(
     path: str | os.PathLike[str],
     target_column: str | None,
@@ -137,11 +109,10 @@ def schema_from_data(
 ) -> tuple[FeatureSchema, np.ndarray]:
     """Infer the feature schema of ``model`` from its training data in a CSV file.
 
-    The feature columns are the model's ``feature_names_in_`` when it has them (extra columns
-    are ignored), otherwise every column except the target. Types and bounds come from
-    :meth:`maps_core.FeatureSchema.infer`; a two-row header's type codes take precedence
-    (``B`` binary, ``D`` integer, ``F`` continuous, ``E`` integer codes), and the ``T`` column
-    is the target when ``target_column`` is not given.
+    The file is read by :func:`maps_core.load_csv`, the one CSV-to-schema path (type codes,
+    ``E`` columns one-hot encoded as ``column=value``, missing values, bounds). The feature
+    columns are then the model's ``feature_names_in_`` when it has them (extra columns are
+    ignored), otherwise every column except the target, in file order.
 
     Returns
     -------
@@ -149,140 +120,37 @@ def schema_from_data(
     X : ndarray of shape (n_samples, n_features)
         The feature columns, in model order.
     """
-    names, codes, rows = read_csv_table(path)
     where = str(path)
-    if target_column is None and codes is not None and codes.count("T") == 1:
-        target_column = names[codes.index("T")]
-    if target_column is not None and target_column not in names:
-        raise CLIError(f"{where}: no column named {target_column!r}; columns are {names}")
     model_names = getattr(model, "feature_names_in_", None)
+    try:
+        data = load_csv(path, target_column, require_target=model_names is None)
+    except MapsError as exc:
+        if target_column is None and "no label column" in str(exc):
+            raise CLIError(
+                f"{where}: say which column is the label with --target-column "
+                "(it is left out of the features)"
+            ) from exc
+        raise CLIError(str(exc)) from exc
+    names = data.schema.names
     if model_names is not None:
         feature_names = [str(n) for n in model_names]
         missing = [n for n in feature_names if n not in names]
         if missing:
-            raise CLIError(f"{where}: the model's input columns {missing} are not in the file")
+            raise CLIError(
+                f"{where}: the model's input columns {missing} are not in the file (columns "
+                f"coded E are one-hot encoded as column=value); the file gives {names}"
+            )
+        cols = [names.index(n) for n in feature_names]
     else:
-        if target_column is None:
-            raise CLIError(
-                f"{where}: say which column is the label with --target-column "
-                "(it is left out of the features)"
-            )
-        feature_names = [n for n in names if n != target_column]
         n_in = getattr(model, "n_features_in_", None)
-        if n_in is not None and len(feature_names) != int(n_in):
+        if n_in is not None and len(names) != int(n_in):
             raise CLIError(
-                f"{where}: {len(feature_names)} feature columns besides {target_column!r}, "
-                f"but the model expects {int(n_in)}"
+                f"{where}: {len(names)} feature columns besides {data.target!r} (columns coded "
+                f"E count once per category), but the model expects {int(n_in)}"
             )
-    cols = [names.index(n) for n in feature_names]
-    offset = 3 if codes else 2
-    X = np.array(
-        [[_to_float(r[j], names[j], i + offset, where) for j in cols] for i, r in enumerate(rows)],
-        dtype=np.float64,
-    )
-    if np.isinf(X).any():
-        j = int(np.argwhere(np.isinf(X))[0][1])
-        raise CLIError(f"{where}: column {feature_names[j]!r} has an infinite value")
-    try:
-        schema = FeatureSchema.infer(X, feature_names)
-    except MapsError as exc:
-        raise CLIError(f"{where}: {exc}") from exc
-    if codes is not None:
-        schema = apply_type_codes(schema, [codes[j] for j in cols], X)
-    return schema, X
-
-
-def apply_type_codes(schema: FeatureSchema, codes: Sequence[str], X: np.ndarray) -> FeatureSchema:
-    """Let a two-row header's type codes decide the feature types.
-
-    ``B`` makes a 0/1 column binary, ``D`` and ``E`` make an all-integral column integer, and
-    ``F`` keeps a column continuous even when its values happen to be whole numbers. A code
-    the data contradicts (``B`` on a column holding a 2) leaves the inferred type.
-    """
-    feats: list[Feature] = []
-    for j, (f, code) in enumerate(zip(schema.features, codes, strict=True)):
-        col = X[:, j][np.isfinite(X[:, j])]
-        integral = bool(col.size) and bool(np.all(col == np.round(col)))
-        binary = bool(col.size) and bool(np.all((col == 0) | (col == 1)))
-        if code == "B" and binary:
-            f = replace(f, type="binary", lower=0.0, upper=1.0)
-        elif code in ("D", "E") and integral:
-            f = replace(f, type="integer")
-        elif code == "F":
-            f = replace(f, type="continuous")
-        feats.append(f)
-    return FeatureSchema(tuple(feats))
-
-
-# --------------------------------------------------------------------------------------------
-# Progress bar
-# --------------------------------------------------------------------------------------------
-class ProgressBar:
-    """A plain-text progress bar on a stream, safe to call from worker threads.
-
-    On a terminal it redraws one line (at most ten times a second); otherwise it prints a
-    line at every tenth of the way, so logs stay readable.
-    """
-
-    def __init__(self, label: str, stream: IO[str] | None = None, width: int = 30) -> None:
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.width = width
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.t0 = time.perf_counter()
-        self._lock = threading.Lock()
-        self._last_draw = 0.0
-        self._last_step = -1
-        self._frac = 0.0
-        self._closed = False
-
-    def __call__(self, fraction: float) -> None:
-        try:
-            frac = min(max(float(fraction), 0.0), 1.0)
-        except (TypeError, ValueError):
-            return
-        with self._lock:
-            if self._closed or not math.isfinite(frac):
-                return
-            self._frac = max(self._frac, frac)
-            now = time.perf_counter()
-            if self.tty:
-                if now - self._last_draw >= 0.1 or self._frac >= 1.0:
-                    self._draw(now)
-            else:
-                step = int(self._frac * 10)
-                if step > self._last_step:
-                    self._last_step = step
-                    self._draw(now)
-
-    def render(self, now: float | None = None) -> str:
-        """The bar as text, e.g. ``building maps [#########.....]  60%  3.2s``."""
-        elapsed = (time.perf_counter() if now is None else now) - self.t0
-        filled = int(round(self._frac * self.width))
-        bar = "#" * filled + "." * (self.width - filled)
-        return f"{self.label} [{bar}] {self._frac * 100:3.0f}%  {elapsed:.1f}s"
-
-    def _draw(self, now: float) -> None:
-        self._last_draw = now
-        if self.tty:
-            self.stream.write("\r" + self.render(now))
-        else:
-            self.stream.write(self.render(now) + "\n")
-        self.stream.flush()
-
-    def close(self, done: bool = True) -> None:
-        """Finish the bar (at 100 % when ``done``) and end its line."""
-        with self._lock:
-            if self._closed:
-                return
-            if done:
-                self._frac = 1.0
-            if self.tty or (done and self._last_step < 10):
-                self._draw(time.perf_counter())
-            if self.tty:
-                self.stream.write("\n")
-                self.stream.flush()
-            self._closed = True
+        cols = list(range(len(names)))
+    schema = FeatureSchema(tuple(data.schema.features[j] for j in cols))
+    return schema, data.X[:, cols]
 
 
 # --------------------------------------------------------------------------------------------

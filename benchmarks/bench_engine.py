@@ -1,7 +1,7 @@
 """Engine benchmark (issue 2): build cost and in-process query latency.
 
 For ``RandomForestClassifier(n_estimators=100, max_depth=5, random_state=0)`` on BC, CP, FI
-and PD (80/20 split, the schema a user would declare: see ``common.declared_schema``),
+and PD (80/20 split, the schema a user would declare: ``load_csv(..., whole_floats_as_integers=True)``),
 prints build time T0, rectangles per class, mixed regions left by the time budget, bytes on
 disk, peak RSS, and per-query latency p50/p99 for l1/l2/linf over up to 1000 test queries
 (topped up with uniform legal samples), beside one single-row ``model.predict``.

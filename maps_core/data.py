@@ -1,15 +1,38 @@
-"""Reading tabular data in the project's two-row-header CSV format.
+"""Reading tabular data in the project's two-row-header CSV format: the one CSV-to-schema path.
 
-Row 1 holds column names, row 2 type codes: ``B`` binary, ``D`` discrete (integer), ``F``
-float, ``E`` categorical (strings or codes, one-hot encoded here into a group of
-``categorical`` dummies named ``column=value``), ``T`` target. The label column is the one
-coded ``T``, else the one named ``Class``. Plain one-header CSVs are read too; their types
-are inferred from the values.
+Row 1 holds column names, row 2 type codes. Every entry point (``load_csv``, ``cfmaps build
+--data``, the demo, the benchmarks) reads a file through :func:`load_csv`, so a file means
+the same schema wherever it is read. One meaning per code:
+
+``B``
+    binary: the values must be 0 or 1; bounds [0, 1].
+``D``
+    discrete: an ``integer`` feature; the values must be whole numbers; bounds are the
+    observed range.
+``F``
+    float: a ``continuous`` feature (even when every value happens to be whole, unless
+    ``whole_floats_as_integers``); bounds are the observed range.
+``E``
+    categorical: one-hot encoded here into a group of ``categorical`` 0/1 columns named
+    ``column=value``, one per distinct value, in sorted (string) order. A column holding a
+    single category carries no information and cannot form a group (a one-hot group needs
+    two columns): it loads as one constant ``binary`` column ``column=value`` with bounds
+    [1, 1], so the design matrix keeps every category the file names.
+``T``
+    the label column (else the column named by ``target``, else ``Class``).
+
+Plain one-header CSVs are read too; their types are inferred from the values (0/1 columns
+binary, whole-number columns integer, else continuous).
+
+Missing values are the (case-insensitive) tokens of :data:`MISSING`. They load as NaN: in a
+numeric column that cell, in an ``E`` column every column of its group. Bounds are taken
+over the values present. A missing label is an error.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import os
 from dataclasses import dataclass
 
@@ -18,7 +41,11 @@ import numpy as np
 from .exceptions import SchemaError
 from .schema import Feature, FeatureSchema
 
+__all__ = ["MISSING", "TYPE_CODES", "Dataset", "load_csv", "read_table"]
+
 TYPE_CODES = {"B": "binary", "D": "integer", "F": "continuous", "E": "categorical"}
+#: Cell values read as missing (compared case-insensitively, after stripping blanks).
+MISSING = frozenset({"", "na", "nan", "?", "null", "none"})
 
 
 @dataclass(frozen=True)
@@ -28,17 +55,20 @@ class Dataset:
     Attributes
     ----------
     X : ndarray of shape (n_samples, n_features), float64
-    y : ndarray of shape (n_samples,)
+        NaN where a value is missing.
+    y : ndarray of shape (n_samples,) or None
+        Integer labels when every label is a whole number, else strings. ``None`` only when
+        :func:`load_csv` was asked not to require a label column and found none.
     schema : FeatureSchema
         Types from the type codes (or inferred), bounds from the observed range.
-    target : str
+    target : str or None
         Name of the label column.
     """
 
     X: np.ndarray
-    y: np.ndarray
+    y: np.ndarray | None
     schema: FeatureSchema
-    target: str
+    target: str | None
 
 
 def read_table(
@@ -87,66 +117,154 @@ def read_table(
     return names, codes, data
 
 
-def _num(v: str) -> float:
-    return float(v) if v.strip() != "" else float("nan")
+def _is_missing(v: str) -> bool:
+    return v.strip().lower() in MISSING
 
 
-def load_csv(path: str | os.PathLike[str], target: str | None = None) -> Dataset:
-    """Load a CSV (two-row header with type codes, or a plain header).
+def _numbers(raw: list[str], column: str, first_line: int, path: object) -> np.ndarray:
+    """A column's cells as float64, NaN where missing; a non-numeric or infinite value is a
+    SchemaError naming the line and column."""
+    out = np.empty(len(raw), dtype=np.float64)
+    for i, v in enumerate(raw):
+        if _is_missing(v):
+            out[i] = math.nan
+            continue
+        try:
+            out[i] = float(v)
+        except ValueError:
+            raise SchemaError(
+                f"{path}, line {first_line + i}: column {column!r} has the non-numeric value "
+                f"{v.strip()!r}; declare the column E (categorical) in a two-row header to "
+                "one-hot encode it, or encode it before training"
+            ) from None
+        if math.isinf(out[i]):
+            raise SchemaError(f"{path}, line {first_line + i}: column {column!r} has an infinite value")
+    return out
+
+
+def _labels(raw: list[str], column: str, first_line: int, path: object) -> np.ndarray:
+    for i, v in enumerate(raw):
+        if _is_missing(v):
+            raise SchemaError(f"{path}, line {first_line + i}: the label {column!r} is missing")
+    try:
+        y = np.array([float(v) for v in raw])
+    except ValueError:
+        return np.array([v.strip() for v in raw], dtype=object)
+    if np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+        return y.astype(np.int64)
+    return y
+
+
+def _one_hot(raw: list[str], name: str) -> tuple[list[np.ndarray], list[Feature]]:
+    """The dummies of an ``E`` column (see the module docs)."""
+    present = [not _is_missing(v) for v in raw]
+    values = [v.strip() for v in raw]
+    cats = sorted({v for v, ok in zip(values, present, strict=True) if ok})
+    cols: list[np.ndarray] = []
+    feats: list[Feature] = []
+    for c in cats:
+        col = np.array([(1.0 if v == c else 0.0) if ok else math.nan
+                        for v, ok in zip(values, present, strict=True)])
+        cols.append(col)
+        if len(cats) == 1:  # a constant: no group of one
+            feats.append(Feature(name=f"{name}={c}", type="binary", lower=1.0, upper=1.0))
+        else:
+            feats.append(Feature(name=f"{name}={c}", type="categorical", group=name,
+                                 lower=0.0, upper=1.0))
+    return cols, feats
+
+
+def _numeric_feature(col: np.ndarray, name: str, code: str, whole_floats_as_integers: bool,
+                     path: object) -> Feature:
+    """The feature of a numeric column under its type code ('' when the file has none)."""
+    present = col[np.isfinite(col)]
+    whole = bool(np.all(present == np.round(present)))
+    zero_one = bool(np.all((present == 0) | (present == 1)))
+    if code == "B":
+        if not zero_one:
+            bad = present[(present != 0) & (present != 1)][0]
+            raise SchemaError(f"{path}: column {name!r} is coded B (binary) but holds {bad:g}")
+        ftype = "binary"
+    elif code == "D":
+        if not whole:
+            bad = present[present != np.round(present)][0]
+            raise SchemaError(f"{path}: column {name!r} is coded D (discrete) but holds {bad:g}")
+        ftype = "integer"
+    elif code == "F":
+        ftype = "integer" if (whole_floats_as_integers and present.size) and whole else "continuous"
+    else:  # plain CSV: infer
+        if present.size and zero_one:
+            ftype = "binary"
+        elif present.size and whole:
+            ftype = "integer"
+        else:
+            ftype = "continuous"
+    if ftype == "binary":
+        return Feature(name=name, type=ftype, lower=0.0, upper=1.0)
+    lo = float(present.min()) if present.size else None
+    hi = float(present.max()) if present.size else None
+    return Feature(name=name, type=ftype, lower=lo, upper=hi)
+
+
+def load_csv(
+    path: str | os.PathLike[str],
+    target: str | None = None,
+    *,
+    require_target: bool = True,
+    whole_floats_as_integers: bool = False,
+) -> Dataset:
+    """Load a CSV (two-row header with type codes, or a plain header) with its schema.
 
     Parameters
     ----------
     path : path-like
     target : str, optional
-        Label column; defaults to the ``T``-coded column or ``Class``.
+        Label column; defaults to the ``T``-coded column, else ``Class``.
+    require_target : bool
+        When false and no label column is named or found, every column is a feature and
+        ``y`` is ``None`` (``cfmaps build --data`` with a model that names its columns).
+    whole_floats_as_integers : bool
+        Declare ``F`` columns whose values are all whole numbers ``integer`` (Pima's
+        counts, glucose and age are coded F): the schema the benchmarks use.
+
+    Returns
+    -------
+    Dataset
+        ``X`` of shape (n_samples, n_features), with ``E`` columns one-hot encoded.
 
     Raises
     ------
     SchemaError
-        Unreadable or malformed file (see :func:`read_table`), or no label column.
+        Unreadable or malformed file (see :func:`read_table`), no label column, a missing
+        label, a non-numeric or infinite value in a numeric column, or a value its type code
+        forbids (a 2 in a ``B`` column, 1.5 in a ``D`` column).
     """
     names, coded, body = read_table(path)
     codes = coded or [""] * len(names)
+    first_line = 3 if coded else 2
     if target is None:
+        if codes.count("T") > 1:
+            raise SchemaError(f"{path}: more than one column is coded T")
         target = names[codes.index("T")] if "T" in codes else "Class"
-    if target not in names:
-        raise SchemaError(f"{path}: no label column {target!r}")
-    ti = names.index(target)
-    ycol = [r[ti] for r in body]
-    try:
-        y: np.ndarray = np.array([_num(v) for v in ycol])
-        if np.all(y == np.round(y)):
-            y = y.astype(np.int64)
-    except ValueError:
-        y = np.array(ycol, dtype=object)
+        if target not in names and not require_target:
+            target = None
+    if target is not None and target not in names:
+        raise SchemaError(f"{path}: no label column {target!r}; columns are {names}")
+    ti = names.index(target) if target is not None else -1
+    y = _labels([r[ti] for r in body], names[ti], first_line, path) if target is not None else None
     cols: list[np.ndarray] = []
     feats: list[Feature] = []
     for j, name in enumerate(names):
         if j == ti:
             continue
         raw = [r[j] for r in body]
-        code = codes[j]
-        if code == "E":
-            cats = sorted(set(raw))
-            for c in cats:
-                col = np.array([1.0 if v == c else 0.0 for v in raw])
-                cols.append(col)
-                feats.append(Feature(name=f"{name}={c}", type="categorical", group=name,
-                                     lower=0.0, upper=1.0))
+        if codes[j] == "E":
+            ecols, efeats = _one_hot(raw, name)
+            cols += ecols
+            feats += efeats
             continue
-        col = np.array([_num(v) for v in raw])
-        ftype = TYPE_CODES.get(code)
-        if ftype is None:  # plain CSV: infer
-            if np.all(np.isin(col, (0.0, 1.0))):
-                ftype = "binary"
-            elif np.all(col == np.round(col)):
-                ftype = "integer"
-            else:
-                ftype = "continuous"
-        lo, hi = float(np.nanmin(col)), float(np.nanmax(col))
-        if ftype == "binary":
-            lo, hi = 0.0, 1.0
+        col = _numbers(raw, name, first_line, path)
         cols.append(col)
-        feats.append(Feature(name=name, type=ftype, lower=lo, upper=hi))
+        feats.append(_numeric_feature(col, name, codes[j], whole_floats_as_integers, path))
     X = np.column_stack(cols) if cols else np.zeros((len(body), 0))
     return Dataset(X=X, y=y, schema=FeatureSchema(tuple(feats)), target=target)

@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from maps_core import FeatureSchema
+from maps_core import FeatureSchema, load_csv
+
+from ..progress import ProgressBar
 
 DATA_FILE = Path(__file__).with_name("credit.csv")
 MODEL_NAME = "credit-demo"
@@ -49,18 +51,10 @@ def load_credit() -> tuple[np.ndarray, np.ndarray, FeatureSchema]:
     schema : FeatureSchema
         Types from the file's type codes, bounds from the data; ``AGE`` immutable.
     """
-    from app.cli import apply_type_codes, read_csv_table
-
-    names, codes, rows = read_csv_table(DATA_FILE)
-    assert codes is not None, "credit.csv has a two-row header"
-    table = np.array(rows, dtype=np.float64)
-    t = names.index(TARGET_COLUMN)
-    feat_cols = [j for j in range(len(names)) if j != t]
-    X = table[:, feat_cols]
-    y = table[:, t].astype(np.int64)
-    feat_names = [names[j] for j in feat_cols]
-    schema = apply_type_codes(FeatureSchema.infer(X, feat_names), [codes[j] for j in feat_cols], X)
-    schema = FeatureSchema(tuple(replace(f, mutable=f.name not in IMMUTABLE) for f in schema.features))
+    data = load_csv(DATA_FILE, TARGET_COLUMN)
+    assert data.y is not None
+    schema = FeatureSchema(tuple(replace(f, mutable=f.name not in IMMUTABLE) for f in data.schema.features))
+    X, y = data.X, data.y
     return X, y, schema
 
 
@@ -213,8 +207,6 @@ class _Driver:
         return model_id
 
     def _wait_ready(self, client: Any, model_id: str) -> None:
-        from app.cli import ProgressBar
-
         bar = ProgressBar("building maps")
         ok = False
         try:

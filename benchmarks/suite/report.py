@@ -111,7 +111,7 @@ def paper_table(rows: list[dict]) -> str:
 PAPER_NOTES = f"""\
 RandomForestClassifier(n_estimators=100, max_depth=5, random_state=seed), seeds 0..n-1; the
 80/20 train/test split is the same for every seed (`train_test_split(..., random_state=0)`):
-the seed varies the forest only. Schema: `benchmarks/common.declared_schema` (file type
+the seed varies the forest only. Schema: `load_csv(..., whole_floats_as_integers=True)` (file type
 codes, float columns holding only integers declared integer, bounds = observed range);
 default query weights (1/range per feature). Queries: the test rows, topped up to the
 requested count with uniform legal samples (integral on integer features), the same for

@@ -58,3 +58,59 @@ def test_missing_file_and_missing_label(tmp_path: Path) -> None:
         load_csv(tmp_path / "nope.csv")
     with pytest.raises(SchemaError, match="no label column 'Class'"):
         load_csv(write(tmp_path, "a,b\n1,2\n"))
+
+
+def test_each_type_code_has_one_meaning(tmp_path: Path) -> None:
+    p = write(tmp_path, "f,d,b,e,g,Class\nF,D,B,E,E,T\n1,2,0,x,u,0\n3,5,1,y,u,1\n2,?,1,,u,1\n")
+    ds = load_csv(p)
+    assert ds.schema.names == ["f", "d", "b", "e=x", "e=y", "g=u"]
+    assert [f.type for f in ds.schema] == ["continuous", "integer", "binary", "categorical",
+                                           "categorical", "binary"]
+    f, d, b, ex, _, gu = ds.schema.features
+    assert (f.lower, f.upper) == (1.0, 3.0)  # F stays continuous although whole
+    assert (d.lower, d.upper) == (2.0, 5.0)  # bounds over the values present
+    assert (b.lower, b.upper) == (0.0, 1.0)
+    assert ex.group == "e"
+    # a single-category E column is a constant, not a one-column group
+    assert gu.group is None and gu.domain() == (1.0, 1.0)
+    # a missing value is NaN: in its cell, or across its one-hot group
+    assert np.isnan(ds.X[2, 1]) and np.isnan(ds.X[2, 3]) and np.isnan(ds.X[2, 4])
+    assert np.array_equal(ds.X[:2, 3:], [[1, 0, 1], [0, 1, 1]])
+    whole = load_csv(p, whole_floats_as_integers=True)
+    assert whole.schema.features[0].type == "integer"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a,Class\nB,T\n2,0\n", "coded B .binary. but holds 2"),
+        ("a,Class\nD,T\n1.5,0\n", "coded D .discrete. but holds 1.5"),
+        ("a,Class\nF,T\nabc,0\n", "line 3: column 'a' has the non-numeric value 'abc'"),
+        ("a,Class\n1,0\ninf,1\n", "line 3: column 'a' has an infinite value"),
+        ("a,Class\nF,T\n1,\n", "line 3: the label 'Class' is missing"),
+        ("a,b,c\nT,F,T\n1,2,0\n", "more than one column is coded T"),
+    ],
+)
+def test_values_a_code_forbids_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(SchemaError, match=message):
+        load_csv(write(tmp_path, text))
+
+
+def test_no_label_column_when_not_required(tmp_path: Path) -> None:
+    ds = load_csv(write(tmp_path, "a,b\n1,2\n3,4\n"), require_target=False)
+    assert ds.y is None and ds.target is None and ds.X.shape == (2, 2)
+
+
+def test_credit_loads_as_shipped(shared_dir: Path) -> None:
+    """Credit.csv's SEX column holds one category: it loads as a constant column."""
+    ds = load_csv(shared_dir / "datasets" / "Credit.csv")
+    assert ds.target == "DEFAULT_PAYEMENT" and ds.X.shape[0] == len(ds.y)
+    groups = ds.schema.groups()
+    assert sorted(groups) == ["EDUCATION", "MARRIAGE"]
+    assert [len(v) for v in (groups["EDUCATION"], groups["MARRIAGE"])] == [4, 3]
+    sex = ds.schema.index("SEX=Male")
+    assert ds.schema.features[sex].domain() == (1.0, 1.0) and np.all(ds.X[:, sex] == 1)
+    assert not np.isnan(ds.X).any()
+    # every row of a one-hot group holds exactly one category
+    for cols in groups.values():
+        assert np.all(ds.X[:, cols].sum(axis=1) == 1)
