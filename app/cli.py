@@ -31,7 +31,6 @@ from typing import IO, Any
 import numpy as np
 
 from maps_core import NORM_NAMES, CounterfactualMaps, FeatureSchema, MapsError, load_csv
-from maps_core.results import CounterfactualResult
 
 from .progress import ProgressBar
 
@@ -161,15 +160,6 @@ def _py(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
-def result_to_dict(maps: CounterfactualMaps, res: CounterfactualResult, k: int = 1) -> dict[str, Any]:
-    """The JSON form of one answer: the same object as ``POST .../counterfactuals`` returns
-    (see :func:`app.schemas.result_json`), with the model's own class labels."""
-    from app.schemas import FeatureCodec, result_json
-
-    codec = FeatureCodec(maps.feature_names, maps.schema.integral_mask().tolist())
-    return result_json(res, codec, k)
-
-
 def _read_arg(text: str, flag: str = "--options") -> str:
     """An argument's JSON text: itself, ``@path`` (a file) or ``-`` (stdin)."""
     if text == "-":
@@ -182,8 +172,9 @@ def _read_arg(text: str, flag: str = "--options") -> str:
     return text
 
 
-def parse_instance(text: str, names: Sequence[str]) -> list[float]:
-    """One input from JSON: a list in feature order or an object keyed by feature name.
+def parse_instance(text: str) -> Any:
+    """One input from JSON (a list in feature order or an object keyed by feature name), as
+    the JSON value; the data plane checks it as it checks an HTTP body's ``instance``.
 
     ``text`` may also be ``@path`` (read the JSON from a file) or ``-`` (from stdin).
     """
@@ -192,28 +183,9 @@ def parse_instance(text: str, names: Sequence[str]) -> list[float]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CLIError(f"--instance is not valid JSON: {exc}") from exc
-    if isinstance(doc, dict):
-        unknown = [k for k in doc if k not in names]
-        if unknown:
-            raise CLIError(f"--instance: unknown features {unknown}; features are {list(names)}")
-        missing = [n for n in names if n not in doc]
-        if missing:
-            raise CLIError(f"--instance: missing features {missing}")
-        values = [doc[n] for n in names]
-    elif isinstance(doc, list):
-        if len(doc) != len(names):
-            raise CLIError(f"--instance: expected {len(names)} values, got {len(doc)}")
-        values = doc
-    else:
+    if not isinstance(doc, dict | list):
         raise CLIError("--instance must be a JSON list or an object keyed by feature name")
-    out = []
-    for n, v in zip(names, values, strict=True):
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise CLIError(f"--instance: feature {n!r} must be a number, got {v!r}")
-        if not math.isfinite(float(v)):
-            raise CLIError(f"--instance: feature {n!r} must be finite, got {v!r}")
-        out.append(float(v))
-    return out
+    return doc
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,15 +245,33 @@ def _print_schema(schema: FeatureSchema, stream: IO[str]) -> None:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    """Answer one query with the service's data plane (:mod:`app.dataplane`): the same
+    checks, messages and JSON as ``POST /v1/models/{id}/counterfactuals``."""
+    from pydantic import ValidationError
+
+    from app.dataplane import QueryLimits, counterfactual_answer
+    from app.errors import ApiError
+    from app.schemas import CounterfactualRequest, FeatureCodec
+
     if not Path(args.maps).is_dir():
         raise CLIError(f"no maps directory at {args.maps} (create one with 'cfmaps build')")
     maps = CounterfactualMaps.load(args.maps)
-    x = parse_instance(args.instance, maps.feature_names)
-    if args.k < 1:
-        raise CLIError("--k must be at least 1")
-    options = _parse_options(args.options)
-    res = maps.counterfactual(x, args.target, norm=args.norm, k=args.k, **options)
-    json.dump(result_to_dict(maps, res, args.k), sys.stdout, indent=2 if args.pretty else None)
+    fields = {"instance": parse_instance(args.instance), "target": args.target, "norm": args.norm,
+              "k": args.k, **_parse_options(args.options)}
+    try:
+        body = CounterfactualRequest.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise CLIError(f"{where}: {err['msg']}") from exc
+    codec = FeatureCodec(maps.feature_names, maps.schema.integral_mask().tolist())
+    try:
+        doc = counterfactual_answer(maps, codec, body, QueryLimits(max_k=1000, default_norm=args.norm))
+    except (ApiError, MapsError) as exc:
+        field = getattr(exc, "field", None)
+        message = exc.message if isinstance(exc, ApiError) else str(exc)
+        raise CLIError(f"{field}: {message}" if field else message) from exc
+    json.dump(doc, sys.stdout, indent=2 if args.pretty else None)
     sys.stdout.write("\n")
     return 0
 

@@ -139,10 +139,7 @@ class ModelEntry:
     def codec(self) -> FeatureCodec:
         if self._codec is None:
             schema = self.schema
-            lower, upper = schema.domains()
-            self._codec = FeatureCodec(
-                schema.names, list(schema.integral_mask()), list(lower), list(upper)
-            )
+            self._codec = FeatureCodec(schema.names, list(schema.integral_mask()))
         return self._codec
 
     @property
@@ -160,35 +157,19 @@ class ModelEntry:
         return self._display.get(key, key)
 
     def resolve_target(self, target: Any) -> Any:
-        """The model's own label for a requested target (display name or label).
+        """The model's own label for a requested target given by display name; any other
+        target is passed on as it is, for the engine to resolve as a label
+        (:meth:`maps_core.CounterfactualMaps.target_index`, the one place that does).
 
         Display names win over labels when both could match (``"1"`` names the class whose
         display name is "1", not label 1), because clients echo back what responses show.
-
-        Raises
-        ------
-        InvalidInputError
-            With field ``target``, when no class matches.
         """
-        if target is None:
-            return None
         raw = self.raw_classes or self.class_labels
         if self.class_names and isinstance(target, str):
             for i, n in enumerate(self.class_names):
                 if n == target:
                     return raw[i]
-        for i, c in enumerate(self.class_labels):
-            same_kind = isinstance(c, bool) == isinstance(target, bool)
-            if (same_kind and not isinstance(c, str) and c == target) or (
-                isinstance(target, str) and str(c) == target
-            ):
-                return raw[i]
-        known = (
-            f"{self.class_names} (labels {self.class_labels})"
-            if self.class_names
-            else (str(self.class_labels))
-        )
-        raise InvalidInputError(f"unknown class {target!r}; classes are {known}", "target")
+        return target
 
     def info(self) -> dict[str, Any]:
         """The public description (``GET /v1/models/{id}``)."""

@@ -1,9 +1,11 @@
 """Request and response shapes, and the conversions between JSON and engine arrays.
 
 Request bodies are validated by pydantic (unknown keys are refused, so a typo such as
-``"instace"`` answers 422 instead of being silently ignored). Feature values are checked by
+``"instace"`` answers 422 instead of being silently ignored). Instances are decoded by
 :class:`FeatureCodec` rather than by pydantic so that an error names the exact feature
-(``instances.3.age``) and so that large batches stay cheap to parse.
+(``instances.3.age``) and so that large batches stay cheap to parse; what the values mean
+for the model (domain, integers, one-hot groups) is checked once, by the engine (see
+:mod:`app.dataplane`).
 
 Response models exist for the OpenAPI document; the routes build plain dicts (faster than
 validating every response) that follow them.
@@ -303,20 +305,11 @@ class FeatureCodec:
         integers.
     """
 
-    def __init__(
-        self,
-        names: Sequence[str],
-        integral: Sequence[bool],
-        lower: Sequence[float] | None = None,
-        upper: Sequence[float] | None = None,
-    ) -> None:
+    def __init__(self, names: Sequence[str], integral: Sequence[bool]) -> None:
         self.names = list(names)
         self.index = {n: j for j, n in enumerate(self.names)}
         self.integral = [bool(b) for b in integral]
         self.m = len(self.names)
-        self.lower = np.full(self.m, -np.inf) if lower is None else np.asarray(lower, float)
-        self.upper = np.full(self.m, np.inf) if upper is None else np.asarray(upper, float)
-        self.integral_mask = np.asarray(self.integral, dtype=bool)
 
     # JSON -> array
     def matrix(self, req: _InstancesRequest, max_batch: int) -> tuple[np.ndarray, bool]:
@@ -387,34 +380,6 @@ class FeatureCodec:
                         f"feature {name!r} is too large", f"{where}.{name}"
                     ) from None
             raise
-
-    def check_domain(self, X: np.ndarray, single: bool) -> None:
-        """Refuse values outside the schema's legal domain, naming instance and feature.
-
-        The engine checks this too, but cannot say which instance of a batch is at fault.
-        """
-        bad = (X < self.lower) | (X > self.upper) | (self.integral_mask & (X != np.round(X)))
-        if not bad.any():
-            return
-        i, j = (int(v) for v in np.argwhere(bad)[0])
-        name = self.names[j]
-        where = "instance" if single else f"instances.{i}"
-        v = float(X[i, j])
-        if self.lower[j] <= v <= self.upper[j]:
-            msg = f"feature {name!r} = {v} must be an integer"
-        else:
-            lo = self.value(j, self.lower[j])
-            hi = self.value(j, self.upper[j])
-            msg = f"feature {name!r} = {v} is outside its legal range [{lo}, {hi}]"
-        raise InvalidInputError(msg, f"{where}.{name}")
-
-    def names_in(self, names: Sequence[str], where: str) -> None:
-        """Check that every name is a feature (for weights, immutable, ...)."""
-        for n in names:
-            if n not in self.index:
-                raise InvalidInputError(
-                    f"unknown feature {n!r}; features are {self.names}", f"{where}.{n}"
-                )
 
     # array -> JSON
     def value(self, j: int, v: float) -> float | int | None:

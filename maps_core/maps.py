@@ -214,9 +214,23 @@ class CounterfactualMaps:
         return np.asarray(self.classes, dtype=object)[idx]
 
     def target_index(self, target: Any) -> int:
-        """Class index of a class label; raises :class:`InvalidQueryError` when unknown."""
+        """Class index of a class label: the one place labels are resolved.
+
+        A label matches a class equal to it (``1``, ``1.0`` and ``np.int64(1)`` are class
+        1), or whose text it is (``"1"``, as a command line or a JSON client may send it);
+        a boolean matches only a boolean class (``True`` is not class 1).
+
+        Raises
+        ------
+        InvalidQueryError
+            With field ``target``, when no class matches.
+        """
+        t = target.item() if isinstance(target, np.generic) else target
         for i, c in enumerate(self.classes):
-            if c == target or (isinstance(c, str | int | float) and str(c) == str(target)):
+            c = c.item() if isinstance(c, np.generic) else c
+            if isinstance(c, bool) != isinstance(t, bool):
+                continue
+            if (isinstance(t, str) and str(c) == t) or (not isinstance(c, str) and c == t):
                 return i
         raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}", "target")
 

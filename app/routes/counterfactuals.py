@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path
 from starlette.concurrency import run_in_threadpool
 
-from ..errors import InvalidInputError
+from ..dataplane import QueryLimits, counterfactual_answer
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
     CounterfactualBatchOut,
@@ -18,7 +18,6 @@ from ..schemas import (
     PredictBatchOut,
     PredictionOut,
     PredictRequest,
-    result_json,
 )
 from ..security import require_query
 from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep
@@ -59,43 +58,15 @@ async def counterfactuals(
     ``CFMAPS_DEFAULT_NORM`` (``l1`` unless configured).
     """
     entry = registry.get_ready(model_id)
-    codec = entry.codec
-    X, single = codec.matrix(body, settings.max_batch)
-    codec.check_domain(X, single)
-    if body.k > settings.max_k:
-        raise InvalidInputError(f"k must be at most {settings.max_k}", "k")
-    for name, values in (
-        ("weights", body.weights),
-        ("immutable", body.immutable),
-        ("direction", body.direction),
-        ("bounds", body.bounds),
-    ):
-        if values:
-            codec.names_in(list(values), name)
-    for name, (lo, hi) in (body.bounds or {}).items():
-        if lo is not None and hi is not None and lo > hi:
-            raise InvalidInputError(
-                f"bounds of {name!r}: lower {lo} > upper {hi}", f"bounds.{name}"
-            )
-    target = entry.resolve_target(body.target)
-    maps = entry.maps
-    assert maps is not None
+    assert entry.maps is not None
+    limits = QueryLimits(settings.max_batch, settings.max_k, settings.default_norm)
     # CPU-bound engine work runs in the threadpool so the event loop keeps serving.
-    results = await run_in_threadpool(
-        maps.counterfactuals,
-        X,
-        target,
-        norm=body.norm or settings.default_norm,
-        weights=body.weights,
-        immutable=body.immutable,
-        direction=body.direction,
-        bounds=None if body.bounds is None else {k: list(v) for k, v in body.bounds.items()},
-        k=body.k,
-        group_costs=body.group_costs,
+    answer = await run_in_threadpool(
+        counterfactual_answer, entry.maps, entry.codec, body, limits,
+        resolve_target=entry.resolve_target, display=entry.display,
     )
-    metrics.counterfactuals.inc(len(results))
-    out = [result_json(r, codec, body.k, entry.display) for r in results]
-    return JSONResponse(out[0] if single else {"results": out})
+    metrics.counterfactuals.inc(len(answer["results"]) if "results" in answer else 1)
+    return JSONResponse(answer)
 
 
 @router.post(

@@ -244,13 +244,15 @@ def built(tmp_path: Path, model_file: Path, capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(
     ("instance", "message"),
     [
-        ('{"income": 50, "age": 30, "late": 0}', "missing features ['debt']"),
-        ('{"income": 50, "age": 30, "late": 0, "debt": 1, "zip": 9}', "unknown features"),
-        ("[1, 2, 3]", "expected 4 values, got 3"),
+        # the HTTP API's checks and messages, with the field in front
+        ('{"income": 50, "age": 30, "late": 0}', "instance.debt: feature 'debt' is missing"),
+        ('{"income": 50, "age": 30, "late": 0, "debt": 1, "zip": 9}', "instance.zip: unknown feature 'zip'"),
+        ("[1, 2, 3]", "instance: expected 4 feature values, got 3"),
         ("[1, 2, 3, ", "not valid JSON"),
-        ('[1, "a", 0, 3]', "'age' must be a number"),
+        ('[1, "a", 0, 3]', "instance.age: feature 'age' must be a finite number"),
         ('"hello"', "JSON list or an object"),
-        ("[1, 2, 0, NaN]", "must be finite"),
+        ("[1, 2, 0, NaN]", "instance.debt: feature 'debt' must be a finite number"),
+        ("[50, 30, 0.5, 3]", "instance.late: feature 'late' = 0.5 must be an integer"),
     ],
 )
 def test_query_bad_instance(

@@ -1,0 +1,79 @@
+"""Real responses follow the response models the OpenAPI document publishes.
+
+The routes build plain dicts for speed; here each kind of answer is read back through its
+documented model. A round trip through the model must give the response unchanged, so a
+key the model does not document (dropped on validation), a documented key the response
+lacks (filled by a default) or a value of another type fails the test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from svc_helpers import Fitted, Service
+
+from app.schemas import (
+    CounterfactualBatchOut,
+    CounterfactualOut,
+    ErrorResponse,
+    ModelInfo,
+    ModelList,
+    PredictBatchOut,
+    PredictionOut,
+)
+
+
+def _follows(model: type[BaseModel], data: Any) -> None:
+    parsed = model.model_validate(data)
+    assert parsed.model_dump(mode="json", by_alias=True, exclude_unset=True) == data
+
+
+def test_answers_follow_their_models(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}"
+    x = rf.X[0].tolist()
+    cases: list[tuple[type[BaseModel], str, dict[str, Any]]] = [
+        (CounterfactualOut, "/counterfactuals", {"instance": x}),
+        (CounterfactualOut, "/counterfactuals", {"instance": x, "k": 3, "norm": "l2"}),
+        # infeasible: every feature immutable
+        (CounterfactualOut, "/counterfactuals", {"instance": x, "immutable": svc_names(svc, model_id)}),
+        (CounterfactualBatchOut, "/counterfactuals", {"instances": [x, rf.X[1].tolist()], "k": 2}),
+        (PredictionOut, "/predict", {"instance": x}),
+        (PredictBatchOut, "/predict", {"instances": [x, x]}),
+    ]
+    seen_infeasible = seen_alternatives = False
+    for model, route, body in cases:
+        r = svc.client.post(url + route, json=body)
+        assert r.status_code == 200, r.text
+        _follows(model, r.json())
+        doc = r.json()
+        seen_infeasible |= doc.get("feasible") is False
+        seen_alternatives |= "alternatives" in doc
+    assert seen_infeasible and seen_alternatives  # the cases cover both optional shapes
+    _follows(ModelInfo, svc.client.get(url).json())
+    _follows(ModelList, svc.client.get("/v1/models").json())
+
+
+def svc_names(svc: Service, model_id: str) -> list[str]:
+    return [f["name"] for f in svc.client.get(f"/v1/models/{model_id}").json()["features"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"instance": [1.0]}, 422),
+        ({"instances": [[0.0, 0.0, 0.0, 0.0], [1e9, 0.0, 0.0, 0.0]], "target": "nope"}, 422),
+        ({"instance": [0.0, 0.0, 0.0, 0.0], "weights": {"zip": 1.0}}, 422),
+    ],
+)
+def test_errors_follow_their_model(
+    rf_service: tuple[Service, str], body: dict[str, Any], status: int
+) -> None:
+    svc, model_id = rf_service
+    r = svc.client.post(f"/v1/models/{model_id}/counterfactuals", json=body)
+    assert r.status_code == status
+    doc = r.json()
+    assert doc["field"]  # every input error names its field
+    _follows(ErrorResponse, doc)
