@@ -73,17 +73,15 @@ Forest = namedtuple("Forest", ["node_lo", "node_hi", "left", "right", "kstart", 
 Cells = namedtuple("Cells", ["coff", "clow", "cupp", "clcl", "view32"])
 
 
-@njit(cache=True, nogil=True)
+@njit(**NO_NRT)
 def _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, lab, d):
-    """Record the candidate box ``lo..hi`` of class ``lab`` and enter ``d`` in the sorted
-    k best distances ``best`` (updated in place)."""
-    if n_c >= c_lo.shape[0]:
-        c_lo = grow(c_lo, n_c + 1)
-        c_hi = grow(c_hi, n_c + 1)
-        c_lab = grow(c_lab, n_c + 1)
-        c_d = grow(c_d, n_c + 1)
-    c_lo[n_c] = lo
-    c_hi[n_c] = hi
+    """Record the candidate box ``lo..hi`` of class ``lab`` in row ``n_c`` of the candidate
+    arrays (room made by the caller) and enter ``d`` in the sorted k best distances
+    ``best`` (updated in place). Returns ``n_c + 1``: no array, so nothing to
+    reference-count."""
+    for f in range(lo.shape[0]):  # element by element: no temporary, no runtime needed
+        c_lo[n_c, f] = lo[f]
+        c_hi[n_c, f] = hi[f]
     c_lab[n_c] = lab
     c_d[n_c] = d
     j = best.shape[0] - 1
@@ -91,7 +89,7 @@ def _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, lab, d):
         best[j] = best[j - 1]
         j -= 1
     best[j] = d
-    return c_lo, c_hi, c_lab, c_d, n_c + 1
+    return n_c + 1
 
 
 @njit(**NO_NRT)
@@ -186,6 +184,13 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete).
     """
+    # Flat from here on: _bounded_search takes every array as an argument (borrowed, so no
+    # reference counting in its loop; reading namedtuple fields there cost FI 100x5 l2
+    # queries 2x, and numba cannot inline a call of over 30 arguments).
+    x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat = q
+    node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi = fo
+    coff, clow, cupp, clcl, view32 = ce
+    nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
     far = _farthest(q.x, q.w, q.norm, q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp, q.gcol,
                     q.gcost)
     klo, khi = reachable_cells(q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp)
@@ -197,7 +202,10 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
             radius = np.inf
         bound = accumulate_radius(q.norm, radius)
         c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, complete = _bounded_search(
-            q, fo, ce, kern, max_pops, bound, klo, khi)
+            x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
+            node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
+            coff, clow, cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
+            max_depth_nodes, max_pops, bound, klo, khi)
         kd_pops += kp
         evaluated += ev
         pops += po
@@ -225,117 +233,106 @@ def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
 
 # -- the steps of _bounded_search ----------------------------------------------------------
 # Each is inlined into _bounded_search (numba IR inlining), so the compiled search stays one
-# function: no step pays a call or the reference counting of its arrays per popped box.
-
-#: Pending boxes of mixed regions, in slots (rows): cell ranges, the node each tree has
-#: surely reached, the base plus the leaf values of the trees constant on the box, and the
-#: stack of recycled slots.
-Pending = namedtuple("Pending", ["lo", "hi", "start", "cs", "free"])
-#: Candidate boxes (a superset of the k best) and near-tie boxes, with their distances.
-Found = namedtuple("Found", ["lo", "hi", "lab", "d"])
+# function: no step pays a call per popped box. They take flat arrays and return no
+# arrays, so that no reference counting happens per box (see _bounded_search).
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _seed(q, fo, keys, vals, a0, a1):
+@njit(**NO_NRT)
+def _seed(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat,
+          class_root, node_lo, node_hi, keys, vals, a0, a1):
     """Push the root of every target class's KD-tree; returns the queue size. Only the
     first of them owns the mixed regions (each sits in every class tree)."""
     n = 0
     owner = 1
-    for cl in range(fo.class_root.shape[0]):
-        if q.tmask[cl] and fo.class_root[cl] >= 0:
-            nd = fo.class_root[cl]
-            d = box_dist(q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, fo.node_lo[nd],
-                         fo.node_hi[nd], q.gcol, q.gstart, q.gcols, q.gcost, q.xcat, a0, a1)
+    for cl in range(class_root.shape[0]):
+        if tmask[cl] and class_root[cl] >= 0:
+            nd = class_root[cl]
+            d = box_dist(x, w, norm, cmin, cmax, integral, node_lo, node_hi, nd, gcol,
+                         gstart, gcols, gcost, xcat, a0, a1)
             if d < np.inf:
                 n = push(keys, vals, n, d, kd_entry(nd, owner))
             owner = 0
     return n
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _make_room(fo, s, keys, vals, n, pend, n_free, n_used):
-    """Room for every entry the pop of ``s`` may add (two children, or a KD leaf's
-    rectangles), so the pushes that follow return no arrays, whose reference counting
-    numba could not prune (see distance.NO_NRT). Returns (keys, vals, pend)."""
-    need = 2
-    if is_kd(s) and fo.left[kd_node(s)] < 0:
-        need = max(2, fo.kend[kd_node(s)] - fo.kstart[kd_node(s)])
-    if n + need > keys.shape[0]:
-        keys = grow(keys, n + need)
-        vals = grow(vals, n + need)
-    if n_free < need and n_used + need > pend.lo.shape[0]:
-        pend = Pending(grow(pend.lo, n_used + need), grow(pend.hi, n_used + need),
-                       grow(pend.start, n_used + need), grow(pend.cs, n_used + need),
-                       grow(pend.free, n_used + need))
-    return keys, vals, pend
+@njit(**NO_NRT)
+def _room_needed(left, kstart, kend, s):
+    """How many entries (queue entries, box slots, candidates) the pop of ``s`` may add:
+    two children, or a KD leaf's rectangles."""
+    if is_kd(s) and left[kd_node(s)] < 0:
+        return max(2, kend[kd_node(s)] - kstart[kd_node(s)])
+    return 2
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _expand_inner(q, fo, nd, own, bound, keys, vals, n, a0, a1):
+@njit(**NO_NRT)
+def _expand_inner(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat,
+                  node_lo, node_hi, left, right, nd, own, bound, keys, vals, n, a0, a1):
     """Push the children of the inner KD node ``nd`` nearer than ``bound``; returns the
     queue size."""
-    for ch in (fo.left[nd], fo.right[nd]):
-        dd = box_dist(q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, fo.node_lo[ch],
-                      fo.node_hi[ch], q.gcol, q.gstart, q.gcols, q.gcost, q.xcat, a0, a1)
+    for ch in (left[nd], right[nd]):
+        dd = box_dist(x, w, norm, cmin, cmax, integral, node_lo, node_hi, ch, gcol,
+                      gstart, gcols, gcost, xcat, a0, a1)
         if dd < bound:
             n = push(keys, vals, n, dd, kd_entry(ch, own))
     return n
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _scan_leaf(q, fo, ce, kern, nd, own, best, cand, n_c, keys, vals, n, pend, n_free, n_used,
-               klo, khi, a0, a1):
+@njit(**NO_NRT)  # over 30 arguments: CPython passes them as *args, which numba cannot inline
+def _scan_leaf(x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, xcat, kstart,
+               kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, view32, roots, base, nd,
+               own, best, c_lo, c_hi, c_lab, c_d, n_c, keys, vals, n, p_lo, p_hi, p_start,
+               p_cs, p_free, n_free, n_used, klo, khi, a0, a1):
     """The rectangles of the KD leaf ``nd``: a certified one of the (target) class of its
     tree becomes a candidate at its exact distance; a mixed region owned by this tree
     enters the queue as a box clipped to the reachable cells ``klo..khi``, every tree at
-    its root. Returns (cand, n_c, n, n_free, n_used, rectangles evaluated)."""
-    k = q.k
+    its root. The caller made room for all of them. Returns (n_c, n, n_free, n_used,
+    rectangles evaluated): scalars only, see :func:`_bounded_search`."""
     evaluated = 0
-    for i in range(fo.kstart[nd], fo.kend[nd]):
-        r = fo.order[i]
-        lab = fo.labels[r]
+    for i in range(kstart[nd], kend[nd]):
+        r = order[i]
+        lab = labels[r]
         if lab < 0 and own == 0:
             continue
         evaluated += 1
-        dd = rect_dist(r, q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, fo.rlo, fo.rhi,
-                       ce.coff, ce.clow, ce.cupp, ce.clcl, ce.view32, best[k - 1], q.gcol, q.gstart,
-                       q.gcols, q.gcost, q.xcat, a0, a1)
+        dd = rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi,
+                       coff, clow, cupp, clcl, view32, best[k - 1], gcol, gstart,
+                       gcols, gcost, xcat, a0, a1)
         if dd >= best[k - 1]:
             continue
         if lab >= 0:  # a certified rectangle of this (target) class tree
-            c_lo, c_hi, c_lab, c_d, n_c = _keep(best, cand.lo, cand.hi, cand.lab, cand.d, n_c,
-                                                fo.rlo[r], fo.rhi[r], lab, dd)
-            cand = Found(c_lo, c_hi, c_lab, c_d)
+            n_c = _keep(best, c_lo, c_hi, c_lab, c_d, n_c, rlo[r], rhi[r], lab, dd)
             continue
-        s2, n_free, n_used = slot(pend.free, n_free, n_used)
-        for f in range(q.x.shape[0]):  # non-empty: the region meets the constraints (dd < inf)
-            pend.lo[s2, f] = max(fo.rlo[r, f], klo[f])
-            pend.hi[s2, f] = min(fo.rhi[r, f], khi[f])
-        pend.start[s2] = kern.roots
-        pend.cs[s2] = kern.base
+        s2, n_free, n_used = slot(p_free, n_free, n_used)
+        for f in range(x.shape[0]):  # non-empty: the region meets the constraints (dd < inf)
+            p_lo[s2, f] = max(rlo[r, f], klo[f])
+            p_hi[s2, f] = min(rhi[r, f], khi[f])
+        for t in range(roots.shape[0]):
+            p_start[s2, t] = roots[t]
+        for j in range(base.shape[0]):
+            p_cs[s2, j] = base[j]
         n = push(keys, vals, n, dd, s2)
-    return cand, n_c, n, n_free, n_used, evaluated
+    return n_c, n, n_free, n_used, evaluated
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _take_box(pend, s, lo, hi, start, act, cs, nf):
+@njit(**NO_NRT)
+def _take_box(p_lo, p_hi, p_start, p_cs, s, lo, hi, start, act, cs, nf):
     """Copy the pending box in slot ``s`` into the working arrays (its live trees into
     ``act``); returns the number of live trees. The slot is not freed here."""
     for f in range(lo.shape[0]):  # into preallocated arrays: no allocation per box
-        lo[f] = pend.lo[s, f]
-        hi[f] = pend.hi[s, f]
+        lo[f] = p_lo[s, f]
+        hi[f] = p_hi[s, f]
     n_act = 0
     for t in range(start.shape[0]):
-        start[t] = pend.start[s, t]
+        start[t] = p_start[s, t]
         if nf[start[t]] >= 0:
             act[n_act] = t
             n_act += 1
     for j in range(cs.shape[0]):
-        cs[j] = pend.cs[s, j]
+        cs[j] = p_cs[s, j]
     return n_act
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(**NO_NRT)
 def _two_class_flip(a, worst, cs, act, n_act, tmin, trange, lb):
     """With two classes, the class nearer to certification: the lower bound of
     s1 - s0 = -(upper bound of s0 - s1) comes from the same walk (per tree, its minimum of
@@ -349,7 +346,7 @@ def _two_class_flip(a, worst, cs, act, n_act, tmin, trange, lb):
     return a, worst
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(**NO_NRT)
 def _hopeless(tmask, lb, a, tol):
     """Class ``a`` (no target) beats every target class everywhere in the box."""
     if tmask[a]:
@@ -360,24 +357,28 @@ def _hopeless(tmask, lb, a, tol):
     return True
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _queue_slot(q, ce, pend, s2, n_free, keys, vals, n, start, cs, bound, a0, a1):
+@njit(**NO_NRT)  # over 30 arguments: CPython passes them as *args, which numba cannot inline
+def _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff, clow,
+                cupp, clcl, view32, p_lo, p_hi, p_start, p_cs, p_free, s2, n_free, keys, vals, n,
+                start, cs, bound, a0, a1):
     """Queue the box already written to slot ``s2``, with the given tree states, at its
     own distance when that is below ``bound``; otherwise free the slot. Returns
     (n, n_free)."""
-    dd = rect_dist(s2, q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, pend.lo, pend.hi,
-                   ce.coff, ce.clow, ce.cupp, ce.clcl, ce.view32, bound, q.gcol, q.gstart, q.gcols,
-                   q.gcost, q.xcat, a0, a1)
+    dd = rect_dist(s2, x, w, norm, cmin, cmax, integral, p_lo, p_hi, coff, clow, cupp, clcl,
+                   view32, bound, gcol, gstart, gcols, gcost, xcat, a0, a1)
     if dd >= bound:
-        pend.free[n_free] = s2
+        p_free[n_free] = s2
         return n, n_free + 1
-    pend.start[s2] = start
-    pend.cs[s2] = cs
+    for t in range(start.shape[0]):
+        p_start[s2, t] = start[t]
+    for j in range(cs.shape[0]):
+        p_cs[s2, j] = cs[j]
     return push(keys, vals, n, dd, s2), n_free
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _split_cut(q, ce, kern, lo, hi, act, n_act, start, cs, top_n, trange, shared):
+@njit(**NO_NRT)
+def _split_cut(x, w, norm, coff, clow, cupp, nf, ncut, nv, lo, hi, act, n_act, start, cs, top_n,
+               trange, shared):
     """Move every live tree to its root-most undecided node (trees now constant fold
     into ``cs``) and choose the tree whose node's cut splits the box; returns it, or -1
     when no tree is undecided (one score vector on the whole box, within rounding).
@@ -389,9 +390,6 @@ def _split_cut(q, ce, kern, lo, hi, act, n_act, start, cs, top_n, trange, shared
     with one tree's spread; summing over trees that share the cut, 2k-rectangle maps:
     1.41M -> 1.02M boxes popped over 120 queries).
     """
-    x, w, norm = q.x, q.w, q.norm
-    nf, ncut, nv = kern.nf, kern.ncut, kern.nv
-    coff, clow, cupp = ce.coff, ce.clow, ce.cupp
     for i in range(n_act):
         node = top_n[act[i]]
         if nf[node] >= 0:
@@ -437,20 +435,30 @@ def _split_cut(q, ce, kern, lo, hi, act, n_act, start, cs, top_n, trange, shared
     return bt
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _keep_tie(ties, n_t, lo, hi, d):
-    """Record a near-tie box for the caller to label; returns (ties, n_t)."""
-    if n_t >= ties.lo.shape[0]:
-        ties = Found(grow(ties.lo, n_t + 1), grow(ties.hi, n_t + 1), ties.lab,
-                     grow(ties.d, n_t + 1))
-    ties.lo[n_t] = lo
-    ties.hi[n_t] = hi
-    ties.d[n_t] = d
-    return ties, n_t + 1
+@njit(**NO_NRT)
+def _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d):
+    """Record a near-tie box in row ``n_t`` of the tie arrays (room made by the caller)
+    for the caller to label; returns ``n_t + 1``."""
+    for f in range(lo.shape[0]):
+        t_lo[n_t, f] = lo[f]
+        t_hi[n_t, f] = hi[f]
+    t_d[n_t] = d
+    return n_t + 1
+
+
+#: Slots of the loop's state array (:func:`_search_loop`).
+_QUEUED, _FREE, _USED, _CANDIDATES, _TIES, _POPS, _KD_POPS, _EVALUATED, _NEED = range(9)
+_N_STATE = 9
+#: What :func:`_search_loop` stopped for: done; more room needed (``st[_NEED]`` entries);
+#: out of ``max_pops``.
+_DONE, _NEED_ROOM, _OUT_OF_POPS = 0, 1, 2
 
 
 @njit(cache=True, nogil=True)
-def _bounded_search(q, fo, ce, kern, max_pops, bound, klo, khi):
+def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost,
+                    xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
+                    rlo, rhi, coff, clow, cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base,
+                    tie_high, tol, max_depth_nodes, max_pops, bound, klo, khi):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
     within the cells ``klo..khi`` (:func:`reachable_cells`).
@@ -469,29 +477,32 @@ def _bounded_search(q, fo, ce, kern, max_pops, bound, klo, khi):
     certified (a candidate, or dropped when ``a`` is no target), dropped as hopeless,
     narrowed and requeued, split (:func:`_split_cut`), or kept as a near-tie.
     """
-    x, norm, tmask, k = q.x, q.norm, q.tmask, q.k
-    nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
-    coff = ce.coff
     m = x.shape[0]
     c = base.shape[0]
     T = roots.shape[0]
     best = np.full(k, bound)
-    pend = Pending(np.empty((64, m), dtype=np.int32), np.empty((64, m), dtype=np.int32),
-                   np.empty((64, T), dtype=np.int32), np.empty((64, c)),
-                   np.empty(64, dtype=np.int64))
-    n_free = 0
-    n_used = 0
-    keys = np.empty(max(64, fo.class_root.shape[0]))
+    # Pending boxes of mixed regions, in slots (rows): cell ranges, the node each tree has
+    # surely reached, the base plus the leaf values of the trees constant on the box, and
+    # the stack of recycled slots.
+    p_lo = np.empty((64, m), dtype=np.int32)
+    p_hi = np.empty((64, m), dtype=np.int32)
+    p_start = np.empty((64, T), dtype=np.int32)
+    p_cs = np.empty((64, c))
+    p_free = np.empty(64, dtype=np.int64)
+    keys = np.empty(max(64, class_root.shape[0]))
     vals = np.empty(keys.shape[0], dtype=np.int64)
     a0 = np.empty(m, dtype=np.bool_)
     a1 = np.empty(m, dtype=np.bool_)
-    n = _seed(q, fo, keys, vals, a0, a1)
-    cand = Found(np.empty((16, m), dtype=np.int32), np.empty((16, m), dtype=np.int32),
-                 np.empty(16, dtype=np.int64), np.empty(16))
-    n_c = 0
-    ties = Found(np.empty((4, m), dtype=np.int32), np.empty((4, m), dtype=np.int32),
-                 np.empty(0, dtype=np.int64), np.empty(4))
-    n_t = 0
+    n = _seed(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat,
+              class_root, node_lo, node_hi, keys, vals, a0, a1)
+    # candidate boxes (a superset of the k best) and near-tie boxes, with their distances
+    c_lo = np.empty((16, m), dtype=np.int32)
+    c_hi = np.empty((16, m), dtype=np.int32)
+    c_lab = np.empty(16, dtype=np.int64)
+    c_d = np.empty(16)
+    t_lo = np.empty((4, m), dtype=np.int32)
+    t_hi = np.empty((4, m), dtype=np.int32)
+    t_d = np.empty(4)
     # workspaces of the bounds, allocated once per round
     act = np.empty(T, dtype=np.int32)
     start = np.empty(T, dtype=np.int32)
@@ -511,37 +522,101 @@ def _bounded_search(q, fo, ce, kern, max_pops, bound, klo, khi):
     hi = np.empty(m, dtype=np.int32)
     nlo = np.empty(m, dtype=np.int32)
     nhi = np.empty(m, dtype=np.int32)
-    pops = 0
-    kd_pops = 0
-    evaluated = 0
-    complete = True
-    while n > 0:
-        d, s, n = pop(keys, vals, n)
-        if d >= best[k - 1]:
+    # State of the loop between calls: queue size, free and used slots, candidates, ties,
+    # and the counters.
+    st = np.zeros(_N_STATE, dtype=np.int64)
+    st[_QUEUED] = n
+    while True:
+        code = _search_loop(
+            x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
+            node_lo, node_hi, left, right, kstart, kend, order, labels, rlo, rhi, coff, clow,
+            cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_pops,
+            klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo, c_hi, c_lab,
+            c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange, top_n, stack,
+            mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st)
+        if code != _NEED_ROOM:
             break
-        keys, vals, pend = _make_room(fo, s, keys, vals, n, pend, n_free, n_used)
+        # Room for everything the next pop may add, then carry on where the loop stopped.
+        need = st[_NEED]
+        n, n_used, n_c, n_t = st[_QUEUED], st[_USED], st[_CANDIDATES], st[_TIES]
+        if n + need > keys.shape[0]:
+            keys = grow(keys, n + need)
+            vals = grow(vals, n + need)
+        if n_used + need > p_lo.shape[0]:
+            p_lo = grow(p_lo, n_used + need)
+            p_hi = grow(p_hi, n_used + need)
+            p_start = grow(p_start, n_used + need)
+            p_cs = grow(p_cs, n_used + need)
+            p_free = grow(p_free, n_used + need)
+        if n_c + need > c_lo.shape[0]:
+            c_lo = grow(c_lo, n_c + need)
+            c_hi = grow(c_hi, n_c + need)
+            c_lab = grow(c_lab, n_c + need)
+            c_d = grow(c_d, n_c + need)
+        if n_t + 1 > t_lo.shape[0]:
+            t_lo = grow(t_lo, n_t + 1)
+            t_hi = grow(t_hi, n_t + 1)
+            t_d = grow(t_d, n_t + 1)
+    n_c, n_t = st[_CANDIDATES], st[_TIES]
+    return (c_lo[:n_c].copy(), c_hi[:n_c].copy(), c_lab[:n_c].copy(), c_d[:n_c].copy(),
+            t_lo[:n_t].copy(), t_hi[:n_t].copy(), t_d[:n_t].copy(), st[_KD_POPS],
+            st[_EVALUATED], st[_POPS], code == _DONE)
+
+
+@njit(**NO_NRT)
+def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
+                 node_lo, node_hi, left, right, kstart, kend, order, labels, rlo, rhi, coff,
+                 clow, cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
+                 max_pops, klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo,
+                 c_hi, c_lab, c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange,
+                 top_n, stack, mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st):
+    """The popping loop of :func:`_bounded_search`, compiled without reference counting:
+    it allocates nothing, so no array it touches is ever counted (with counting, the
+    atomic increments and decrements took about half of the search's time, perf on
+    FI 100x5). It stops with :data:`_NEED_ROOM` before a pop whose additions might not
+    fit; the caller grows the arrays and calls it again. State lives in ``st``."""
+    n, n_free, n_used = st[_QUEUED], st[_FREE], st[_USED]
+    n_c, n_t = st[_CANDIDATES], st[_TIES]
+    pops, kd_pops, evaluated = st[_POPS], st[_KD_POPS], st[_EVALUATED]
+    m = x.shape[0]
+    c = base.shape[0]
+    code = _DONE
+    while n > 0:
+        if keys[0] >= best[k - 1]:  # the heap's minimum
+            break
+        need = _room_needed(left, kstart, kend, vals[0])
+        if (n + need > keys.shape[0] or (n_free < need and n_used + need > p_lo.shape[0])
+                or n_c + need > c_lo.shape[0] or n_t + 1 > t_lo.shape[0]):
+            st[_NEED] = need
+            code = _NEED_ROOM
+            break
+        if not is_kd(vals[0]) and pops >= max_pops:
+            code = _OUT_OF_POPS
+            break
+        d, s, n = pop(keys, vals, n)
         if is_kd(s):
             kd_pops += 1
             nd = kd_node(s)
             own = kd_owner(s)
-            if fo.left[nd] >= 0:
-                n = _expand_inner(q, fo, nd, own, best[k - 1], keys, vals, n, a0, a1)
+            if left[nd] >= 0:
+                n = _expand_inner(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost,
+                                  xcat, node_lo, node_hi, left, right, nd, own, best[k - 1],
+                                  keys, vals, n, a0, a1)
             else:
-                cand, n_c, n, n_free, n_used, ev = _scan_leaf(
-                    q, fo, ce, kern, nd, own, best, cand, n_c, keys, vals, n, pend, n_free,
-                    n_used, klo, khi, a0, a1)
+                n_c, n, n_free, n_used, ev = _scan_leaf(
+                    x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, xcat,
+                    kstart, kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, view32,
+                    roots, base, nd, own, best, c_lo, c_hi, c_lab, c_d, n_c, keys, vals, n,
+                    p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used, klo, khi, a0, a1)
                 evaluated += ev
             continue
-        if pops >= max_pops:
-            complete = False
-            break
         pops += 1
         # -- a box of a mixed region: trim it to the ball, then bound its margin
-        n_act = _take_box(pend, s, lo, hi, start, act, cs, nf)
-        pend.free[n_free] = s
+        n_act = _take_box(p_lo, p_hi, p_start, p_cs, s, lo, hi, start, act, cs, nf)
+        p_free[n_free] = s
         n_free += 1
         if best[k - 1] < np.inf:
-            clip_to_ball(x, q.w, norm, q.gcol, lo, hi, coff, ce.clow, ce.cupp, best[k - 1])
+            clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, best[k - 1])
         single = True
         for f in range(m):
             cell[f] = (lo[f] + hi[f]) // 2
@@ -558,11 +633,9 @@ def _bounded_search(q, fo, ce, kern, max_pops, bound, klo, khi):
             marg = 0.0
         if single:
             if marg <= tol:
-                ties, n_t = _keep_tie(ties, n_t, lo, hi, d)
+                n_t = _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d)
             elif tmask[a]:
-                c_lo, c_hi, c_lab, c_d, n_c = _keep(best, cand.lo, cand.hi, cand.lab, cand.d,
-                                                    n_c, lo, hi, a, d)
-                cand = Found(c_lo, c_hi, c_lab, c_d)
+                n_c = _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, a, d)
             continue
         worst = interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
                                trange, top_n, stack, mn, mx, tfeat, tmin, rec)
@@ -578,41 +651,47 @@ def _bounded_search(q, fo, ce, kern, max_pops, bound, klo, khi):
         # -- leaf: certified, or nothing to find
         if worst > tol:
             if tmask[a]:
-                c_lo, c_hi, c_lab, c_d, n_c = _keep(best, cand.lo, cand.hi, cand.lab, cand.d,
-                                                    n_c, lo, hi, a, d)
-                cand = Found(c_lo, c_hi, c_lab, c_d)
+                n_c = _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, a, d)
             continue
         if _hopeless(tmask, lb, a, tol):
             continue
         # -- narrow: the rest of the box holds no target point; requeue the narrowed box
         # at its own (larger or equal) distance, with the same tree states.
         if narrowed:
-            s2, n_free, n_used = slot(pend.free, n_free, n_used)
-            pend.lo[s2] = nlo
-            pend.hi[s2] = nhi
-            n, n_free = _queue_slot(q, ce, pend, s2, n_free, keys, vals, n, start, cs,
-                                    best[k - 1], a0, a1)
+            s2, n_free, n_used = slot(p_free, n_free, n_used)
+            for f in range(m):
+                p_lo[s2, f] = nlo[f]
+                p_hi[s2, f] = nhi[f]
+            n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
+                                    gcost, xcat, coff, clow, cupp, clcl, view32, p_lo, p_hi,
+                                    p_start, p_cs, p_free, s2, n_free, keys, vals, n, start,
+                                    cs, best[k - 1], a0, a1)
             continue
         # -- split at one live tree's root-most undecided cut
-        bt = _split_cut(q, ce, kern, lo, hi, act, n_act, start, cs, top_n, trange, shared)
+        bt = _split_cut(x, w, norm, coff, clow, cupp, nf, ncut, nv, lo, hi, act, n_act, start,
+                        cs, top_n, trange, shared)
         if bt < 0:
-            ties, n_t = _keep_tie(ties, n_t, lo, hi, d)  # one score vector on the box
+            n_t = _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d)  # one score vector on the box
             continue
         f = nf[start[bt]]
         cut = ncut[start[bt]]
         for side in range(2):
-            s2, n_free, n_used = slot(pend.free, n_free, n_used)
-            pend.lo[s2] = lo
-            pend.hi[s2] = hi
+            s2, n_free, n_used = slot(p_free, n_free, n_used)
+            for ff in range(m):
+                p_lo[s2, ff] = lo[ff]
+                p_hi[s2, ff] = hi[ff]
             if side == 0:
-                pend.hi[s2, f] = cut
+                p_hi[s2, f] = cut
             else:
-                pend.lo[s2, f] = cut + 1
-            n, n_free = _queue_slot(q, ce, pend, s2, n_free, keys, vals, n, start, cs,
-                                    best[k - 1], a0, a1)
-    return (cand.lo[:n_c].copy(), cand.hi[:n_c].copy(), cand.lab[:n_c].copy(),
-            cand.d[:n_c].copy(), ties.lo[:n_t].copy(), ties.hi[:n_t].copy(),
-            ties.d[:n_t].copy(), kd_pops, evaluated, pops, complete)
+                p_lo[s2, f] = cut + 1
+            n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
+                                    gcost, xcat, coff, clow, cupp, clcl, view32, p_lo, p_hi,
+                                    p_start, p_cs, p_free, s2, n_free, keys, vals, n, start,
+                                    cs, best[k - 1], a0, a1)
+    st[_QUEUED], st[_FREE], st[_USED] = n, n_free, n_used
+    st[_CANDIDATES], st[_TIES] = n_c, n_t
+    st[_POPS], st[_KD_POPS], st[_EVALUATED] = pops, kd_pops, evaluated
+    return code
 
 
 __all__ = ["Cells", "Forest", "Query", "best_first", "clip_to_ball", "reachable_cells"]
