@@ -14,8 +14,8 @@ Builds run in a :class:`~concurrent.futures.ThreadPoolExecutor` with
 
 What a thread pool cannot do is kill a runaway build; ``CFMAPS_BUILD_MAX_SECONDS`` bounds
 it instead (on budget the engine keeps *mixed* regions that queries refine, so answers stay
-exact). A process crash leaves the status ``queued``/``building`` on disk, which the next
-start reports as failed.
+exact). A process crash leaves the status ``queued``/``building`` on disk; the next start queues
+the build again from the stored model file (:meth:`app.registry.Registry.open`).
 """
 
 from __future__ import annotations

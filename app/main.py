@@ -124,16 +124,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     Notes
     -----
-    At start-up (lifespan) the data dir is scanned synchronously (interrupted builds are
-    marked failed), then the ready models are loaded in a background thread: ``/healthz``
-    answers at once, ``/readyz`` turns 200 when loading is done. On shutdown queued builds
-    are dropped and running ones asked to stop; their on-disk status then reads failed at
-    the next start.
+    At start-up (lifespan) the data dir is scanned synchronously, then the ready models are
+    loaded in a background thread: ``/healthz`` answers at once, ``/readyz`` turns 200 when
+    loading is done. Builds that were queued or running when the service stopped, and
+    models whose maps are of an older format, are built again from their stored model
+    files. On shutdown queued builds are dropped and running ones asked to stop; they run
+    again at the next start.
     """
     settings = settings or Settings()
     metrics = Metrics()
     registry = Registry(settings)
     builds = BuildManager(registry, settings, metrics)
+    registry.on_requeue = builds.submit  # interrupted builds and outdated maps run again
     metrics.watch_models(registry.counts)
 
     # Models fitted on DataFrames warn on every numpy predict call; the service always

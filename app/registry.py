@@ -16,12 +16,12 @@ Status life cycle: ``queued`` -> ``building`` -> ``ready`` | ``failed`` (persist
 memory only, ``loading`` while a restarted service loads a ready model. At start:
 
 * a model whose persisted status is ``queued`` or ``building`` was interrupted by a crash or
-  a shutdown; it is marked ``failed`` on disk, with an error saying so (builds are not
-  resumed: the issue asks for a visible failure, and re-uploading is one request);
+  a shutdown; its uploaded model file is on disk, so its build is queued again;
 * a ``ready`` model is loaded (model file and memory-mapped maps, checked against each
-  other by fingerprint). If loading fails it is reported ``failed`` with the reason, in
-  memory only: the files stay untouched so that repairing them (or fixing the
-  configuration, e.g. ``CFMAPS_TRUST_PICKLE``) and restarting brings it back.
+  other by fingerprint). Maps of an older format are rebuilt from the model file. If
+  loading fails otherwise it is reported ``failed`` with the reason, in memory only: the
+  files stay untouched so that repairing them (or fixing the configuration, e.g.
+  ``CFMAPS_TRUST_PICKLE``) and restarting brings it back.
 
 The service assumes it is the only process writing its data dir (one uvicorn worker).
 """
@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from maps_core import CounterfactualMaps, FeatureSchema, MapsError, flatten_model
+from maps_core import CounterfactualMaps, FeatureSchema, IncompatibleArtifactError, MapsError, flatten_model
 from maps_core.exceptions import SchemaError
 
 from . import modelio
@@ -60,10 +60,7 @@ STATUS_FILE = "status.json"
 SPEC_FILE = "spec.json"
 MAPS_DIR = "maps"
 FORMAT_VERSION = 1
-INTERRUPTED = (
-    "the build was interrupted (the service stopped while the model was {status}); "
-    "delete the model and upload it again"
-)
+REQUEUED = "the service stopped while the model was {status}; its build was queued again"
 
 
 def now() -> str:
@@ -236,7 +233,11 @@ class Registry:
         self._lock = threading.RLock()
         self.loaded = threading.Event()
         self._pending: list[ModelEntry] = []
+        self._requeue: list[ModelEntry] = []
         self.on_change: Callable[[], None] | None = None
+        #: Called with an entry whose build must run again (set by the app to its build
+        #: manager's ``submit``): an interrupted build, or maps of an older format.
+        self.on_requeue: Callable[[ModelEntry], Any] | None = None
 
     # -- lookup -----------------------------------------------------------------------
     def get(self, model_id: str) -> ModelEntry:
@@ -281,11 +282,13 @@ class Registry:
     def open(self) -> None:
         """Scan the data dir (quick: reads small JSON files); loading is :meth:`load_pending`.
 
-        Removes leftovers of interrupted uploads and deletes, and marks interrupted builds
-        failed on disk.
+        Removes leftovers of interrupted uploads and deletes. An interrupted build (the
+        service stopped while a model was queued or building) is queued again: its model
+        file is on disk, so :meth:`load_pending` reads it and hands it to ``on_requeue``.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         pending = []
+        requeue = []
         for d in sorted(self.root.iterdir()):
             if not d.is_dir():
                 continue
@@ -298,30 +301,66 @@ class Registry:
                 log.warning("skipping %s: unreadable model directory (%s)", d, exc)
                 continue
             if entry.status in ("queued", "building"):
-                entry.error = INTERRUPTED.format(status=entry.status)
-                entry.status = "failed"
+                log.warning("model %s: %s", entry.id, REQUEUED.format(status=entry.status))
+                entry.status = "queued"
+                entry.progress = 0.0
                 entry.updated_at = now()
                 self._persist(entry)
-                log.warning("model %s: %s", entry.id, entry.error)
+                requeue.append(entry)
             elif entry.status == "ready":
                 entry.status = "loading"
                 pending.append(entry)
             with self._lock:
                 self._entries[entry.id] = entry
         self._pending = pending
-        if not pending:
+        self._requeue = requeue
+        if not pending and not requeue:
             self.loaded.set()
 
     def load_pending(self) -> None:
-        """Load every model that was ready on disk (runs in a background thread)."""
+        """Load every model that was ready on disk, and read the model files of the builds
+        to queue again (runs in a background thread)."""
         try:
             for entry in self._pending:
                 if entry.cancel.is_set():
                     continue
                 self._load_entry(entry)
+            for entry in self._requeue:
+                if not entry.cancel.is_set():
+                    self._queue_again(entry)
         finally:
             self._pending = []
+            self._requeue = []
             self.loaded.set()
+
+    def _queue_again(self, entry: ModelEntry) -> None:
+        """Read the stored model file of ``entry`` (status ``queued``) and submit its build."""
+        d = self.root / entry.id
+        try:
+            model, _ = modelio.load_model_file(
+                d / modelio.FILE_NAMES[entry.format],
+                trust_pickle=self.settings.trust_pickle,
+                max_unpacked_bytes=self._max_unpacked(),
+            )
+        except (MapsError, ApiError, OSError, KeyError) as exc:
+            self._fail_loaded(entry, f"could not read the stored model file: {_describe(exc)}")
+            return
+        with self._lock:
+            if self._entries.get(entry.id) is not entry:
+                return  # deleted meanwhile
+            entry.model = model
+            entry.raw_classes = list(model.classes_)
+            entry.maps = None
+            entry.status = "queued"
+            entry.progress = 0.0
+            entry.error = None
+            entry.updated_at = now()
+            self._persist(entry)
+        self._changed()
+        if self.on_requeue is None:
+            self._fail_loaded(entry, "no build manager to queue the build again")
+            return
+        self.on_requeue(entry)
 
     def _read_entry(self, d: Path) -> ModelEntry:
         status = json.loads((d / STATUS_FILE).read_text(encoding="utf-8"))
@@ -352,7 +391,14 @@ class Registry:
                 trust_pickle=self.settings.trust_pickle,
                 max_unpacked_bytes=self._max_unpacked(),
             )
-            maps = CounterfactualMaps.load(d / MAPS_DIR)
+            try:
+                maps = CounterfactualMaps.load(d / MAPS_DIR)
+            except IncompatibleArtifactError as exc:
+                # Maps of an older format (say, before real-line cell bounds): the model
+                # file is here, so rebuild them rather than fail the model.
+                log.warning("model %s: %s; rebuilding its maps", entry.id, exc)
+                self._queue_again(entry)
+                return
             fingerprint = flatten_model(model).fingerprint()
             if maps.fingerprint != fingerprint or (
                 entry.fingerprint is not None and entry.fingerprint != fingerprint

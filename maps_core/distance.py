@@ -14,7 +14,6 @@ import numpy as np
 from numba import njit
 
 from ._norms import acc, key
-from .splits import next_up
 
 # Kernels that never allocate are compiled without the runtime's reference counting
 # (``_nrt=False``, numba's switch for code that needs no runtime allocation; a kernel that
@@ -91,44 +90,47 @@ def box_dist(x, w, norm, cmin, cmax, integral, lo, hi, i, gcol, gstart, gcols, g
 
 
 @njit(**NO_NRT)
-def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, clcl, view32, bound,
-               gcol, gstart, gcols, gcost, xcat, a0, a1):
-    """Exact (infimum) distance to rectangle ``r`` under the constraints; inf if empty.
+def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, clcl, cucl, bound,
+              gcol, gstart, gcols, gcost, xcat, a0, a1):
+    """Exact (infimum over real inputs) distance to rectangle ``r`` under the constraints;
+    inf if no legal input of it meets them.
 
-    Stops early (returning inf) once the partial cost reaches ``bound``.
+    The rectangle's ends are the real cell bounds ``clow``/``cupp`` with their closed
+    flags ``clcl``/``cucl`` (see :class:`maps_core.grid.Grid`); the constraint box is
+    closed. Stops early (returning inf) once the partial cost reaches ``bound``.
     """
     total = 0.0
     changes = 0
     for f in range(x.shape[0]):
         g = coff[f] + rlo[r, f]
+        h = coff[f] + rhi[r, f]
         a = clow[g]
-        is_open = not clcl[g]
-        b = cupp[coff[f] + rhi[r, f]]
+        a_open = not clcl[g]
+        b = cupp[h]
+        b_open = not cucl[h]
         if cmin[f] > a:
             a = cmin[f]
-            is_open = False
+            a_open = False
         if cmax[f] < b:
             b = cmax[f]
-            if is_open and not integral[f]:
-                # The constraint may leave no value the model can see above the open end.
-                inside = next_up(a, view32)
-                if inside > b:
-                    return np.inf
+            b_open = False
         if integral[f]:
             a = math.ceil(a)
             b = math.floor(b)
-            is_open = False
-        if a > b or (is_open and a >= b):
+            a_open = b_open = False
+        if a > b or ((a_open or b_open) and a >= b):
             return np.inf
+        if a_open and b_open and np.nextafter(a, np.inf) >= b:
+            return np.inf  # no float64 between the two open ends: nothing to return
         if gcol[f] >= 0:
             a0[f] = a <= 0.0
             a1[f] = b >= 1.0
             continue
         v = x[f]
-        if v < a or (is_open and v == a):  # x at an open end must move (by an ulp)
+        if v < a or (a_open and v == a):  # x at an open end must move (by an ulp)
             total = acc(norm, total, w[f] * (a - v))
             changes += 1
-        elif v > b:
+        elif v > b or (b_open and v == b):
             total = acc(norm, total, w[f] * (v - b))
             changes += 1
         if key(norm, total, changes) >= bound:

@@ -87,7 +87,7 @@ class SearchEngine:
         forest = Forest(ix.node_lo, ix.node_hi, ix.left, ix.right, ix.start, ix.end, ix.order,
                         ix.class_root, part.labels, part.lo, part.hi)
         cells = Cells(g.cell_offsets, g.cell_lower, g.cell_upper, g.cell_lower_closed,
-                      bool(g.view32))
+                      g.cell_upper_closed)
         return cls(
             ensemble=ensemble, schema=schema, grid=grid, partition=partition, index=index,
             kernel=Kernel.make(ensemble, grid), forest=forest, cells=cells,

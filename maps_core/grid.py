@@ -8,7 +8,10 @@ cell ``j`` being ``s_{j-1} < x <= s_j``, and a node sends cell ``j`` left iff
 * continuous: ``t`` becomes the largest value of the model's view of an input that the
   node sends left (:func:`maps_core.splits.canonical_thresholds`: for scikit-learn's
   ``float32(x) <= t`` the largest float32 ``<= t``), so thresholds that no input the
-  model can see separates coincide;
+  model can see separates coincide. Cells are located by that view, but their bounds are
+  stated on the real line (:func:`maps_core.splits.real_boundaries`: the point where the
+  decision changes, closed on the side that owns it), so distances and regions are exact
+  for the real inputs clients send;
 * integer / binary / categorical: ``t`` becomes ``floor(t)``, so ``1.5`` and ``1.9`` are one
   cut, and a binary feature keeps at most one;
 * thresholds at or beyond the domain's bounds disappear: the node always goes one way
@@ -27,7 +30,7 @@ from numba import njit
 from .ensemble import FlatEnsemble
 from .exceptions import InvalidQueryError
 from .schema import FeatureSchema
-from .splits import canonical_thresholds, floor32, model_view, rule_flags
+from .splits import canonical_thresholds, model_view, real_boundaries, rule_flags
 
 
 @njit(cache=True, nogil=True)
@@ -108,7 +111,8 @@ class Grid:
         Distinct (feature, threshold) pairs of the model before canonicalisation.
     view32 : bool
         Whether the model sees continuous inputs as float32 (its split rule's view, see
-        :mod:`maps_core.splits`); cell bounds are values of that view.
+        :mod:`maps_core.splits`): cells are located by that view. Cell bounds are real
+        boundaries, with either end open or closed.
     """
 
     thr_offsets: np.ndarray
@@ -156,29 +160,40 @@ class Grid:
             nodes = np.flatnonzero(feat == f)
             t = ens.node_threshold[nodes]
             raw += np.unique(t).size
-            v = canonical_thresholds(t, ens.split_rule, bool(integral[f]))
+            integral_f = bool(integral[f])
+            v = canonical_thresholds(t, ens.split_rule, integral_f)
             lo, hi = dom_lo[f], dom_hi[f]
-            # x >= lo > v: always right; v >= hi >= x: always left.
-            keep = (v >= lo) & (v < hi)
-            cuts = np.unique(v[keep])
+            # Where each cut splits the real line, and which side owns that point.
+            if integral_f:
+                b, left_owns = v, np.ones(v.shape, dtype=bool)
+            else:
+                b, left_owns = real_boundaries(v, ens.split_rule)
+            # Every legal x (lo <= x <= hi) goes right of a cut below the domain, left of
+            # one above it.
+            always_right = (b < lo) | ((b == lo) & ~left_owns)
+            always_left = (b > hi) | ((b == hi) & left_owns)
+            keep = ~always_right & ~always_left
+            cuts, first = np.unique(v[keep], return_index=True)
+            b_kept, owns_kept = b[keep][first], left_owns[keep][first]
             K = cuts.size
             c = np.searchsorted(cuts, v).astype(np.int32)
-            c[v < lo] = -1
-            c[v >= hi] = K
+            c[always_right] = -1
+            c[always_left] = K
             node_cut[nodes] = c
             thr_parts.append(cuts)
-            # Cell j = (cuts[j-1], cuts[j]] intersected with the domain.
-            lower = np.concatenate([[lo], cuts])
-            upper = np.concatenate([cuts, [hi]])
-            if integral[f]:
-                lower[1:] += 1.0  # integers above the cut
+            # Cell j lies between the real boundaries of cuts j-1 and j, within the domain.
+            if integral_f:
+                lower = np.concatenate([[lo], cuts + 1.0])  # integers above the cut
+                upper = np.concatenate([cuts, [hi]])
                 lclosed = np.ones(K + 1, dtype=bool)
+                uclosed = np.ones(K + 1, dtype=bool)
             else:
-                lclosed = np.zeros(K + 1, dtype=bool)
-                lclosed[0] = math.isfinite(lo)
-            uclosed = np.ones(K + 1, dtype=bool)
+                lower = np.concatenate([[lo], b_kept])
+                upper = np.concatenate([b_kept, [hi]])
+                lclosed = np.concatenate([[True], ~owns_kept])
+                uclosed = np.concatenate([owns_kept, [True]])
+            lclosed[0] = math.isfinite(lo)
             uclosed[-1] = math.isfinite(hi)
-            lclosed[0] = lclosed[0] and math.isfinite(lo)
             cl.append(lower)
             cu.append(upper)
             clc.append(lclosed)
@@ -233,28 +248,19 @@ class Grid:
     def cell_points(self, cells: np.ndarray) -> np.ndarray:
         """A legal point inside each cell vector, shape (n, n_features).
 
-        Picks the closed upper end when finite, else the smallest value above the lower
-        end, so that the model sees the point in that very cell.
+        Picks the upper end when finite (the float64 just below it when it is open), else
+        the lower end (the float64 just above it when open), else 0: a real point of the
+        cell, which the model therefore sees in that very cell.
         """
         cells = np.atleast_2d(cells)
         out = np.empty(cells.shape, dtype=np.float64)
         for f in range(self.n_features):
             g = cells[:, f] + self.cell_offsets[f]
             lo, hi = self.cell_lower[g], self.cell_upper[g]
-            v = np.where(np.isfinite(hi), hi, np.where(np.isfinite(lo), lo + 1.0, 0.0))
-            if not self.integral[f] and self.view32:
-                # Upper ends of continuous cells are float32 thresholds (exact); an
-                # unbounded upper cell takes a float32 value above its lower end.
-                v32 = floor32(v)
-                need = ~np.isfinite(hi)
-                bump = np.nextafter(lo.astype(np.float32), np.float32(np.inf)).astype(np.float64)
-                v = np.where(need & np.isfinite(lo), np.maximum(v32, bump), v32)
-            elif not self.integral[f]:
-                # float64 view: upper ends are thresholds; an unbounded upper cell takes
-                # the next float64 above its lower end.
-                need = ~np.isfinite(hi) & np.isfinite(lo)
-                v = np.where(need, np.maximum(v, np.nextafter(lo, np.inf)), v)
-            out[:, f] = v
+            lc, uc = self.cell_lower_closed[g], self.cell_upper_closed[g]
+            top = np.where(uc, hi, np.nextafter(hi, -np.inf))
+            bottom = np.where(lc, lo, np.nextafter(lo, np.inf))
+            out[:, f] = np.where(np.isfinite(hi), top, np.where(np.isfinite(lo), bottom, 0.0))
         return out
 
 

@@ -68,9 +68,9 @@ Query = namedtuple("Query", ["x", "w", "norm", "cmin", "cmax", "integral", "tmas
 #: The class KD-trees (:class:`maps_core.index.KDForest`) and the partition's boxes.
 Forest = namedtuple("Forest", ["node_lo", "node_hi", "left", "right", "kstart", "kend",
                                "order", "class_root", "labels", "rlo", "rhi"])
-#: The grid's cells: per-feature offsets, real bounds, whether the lower end is closed,
-#: and whether the model sees float32 inputs (:mod:`maps_core.splits`).
-Cells = namedtuple("Cells", ["coff", "clow", "cupp", "clcl", "view32"])
+#: The grid's cells: per-feature offsets, real bounds, and whether the lower and the upper
+#: end are closed (:class:`maps_core.grid.Grid`).
+Cells = namedtuple("Cells", ["coff", "clow", "cupp", "clcl", "cucl"])
 
 
 @njit(**NO_NRT)
@@ -189,7 +189,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
     # queries 2x, and numba cannot inline a call of over 30 arguments).
     x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat = q
     node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi = fo
-    coff, clow, cupp, clcl, view32 = ce
+    coff, clow, cupp, clcl, cucl = ce
     nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
     far = _farthest(q.x, q.w, q.norm, q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp, q.gcol,
                     q.gcost)
@@ -204,7 +204,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
         c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, complete = _bounded_search(
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
-            coff, clow, cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
+            coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
             max_depth_nodes, max_pops, bound, klo, khi)
         kd_pops += kp
         evaluated += ev
@@ -279,7 +279,7 @@ def _expand_inner(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, 
 
 @njit(**NO_NRT)  # over 30 arguments: CPython passes them as *args, which numba cannot inline
 def _scan_leaf(x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, xcat, kstart,
-               kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, view32, roots, base, nd,
+               kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, cucl, roots, base, nd,
                own, best, c_lo, c_hi, c_lab, c_d, n_c, keys, vals, n, p_lo, p_hi, p_start,
                p_cs, p_free, n_free, n_used, klo, khi, a0, a1):
     """The rectangles of the KD leaf ``nd``: a certified one of the (target) class of its
@@ -295,7 +295,7 @@ def _scan_leaf(x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, 
             continue
         evaluated += 1
         dd = rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi,
-                       coff, clow, cupp, clcl, view32, best[k - 1], gcol, gstart,
+                       coff, clow, cupp, clcl, cucl, best[k - 1], gcol, gstart,
                        gcols, gcost, xcat, a0, a1)
         if dd >= best[k - 1]:
             continue
@@ -359,13 +359,13 @@ def _hopeless(tmask, lb, a, tol):
 
 @njit(**NO_NRT)  # over 30 arguments: CPython passes them as *args, which numba cannot inline
 def _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff, clow,
-                cupp, clcl, view32, p_lo, p_hi, p_start, p_cs, p_free, s2, n_free, keys, vals, n,
+                cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, s2, n_free, keys, vals, n,
                 start, cs, bound, a0, a1):
     """Queue the box already written to slot ``s2``, with the given tree states, at its
     own distance when that is below ``bound``; otherwise free the slot. Returns
     (n, n_free)."""
     dd = rect_dist(s2, x, w, norm, cmin, cmax, integral, p_lo, p_hi, coff, clow, cupp, clcl,
-                   view32, bound, gcol, gstart, gcols, gcost, xcat, a0, a1)
+                   cucl, bound, gcol, gstart, gcols, gcost, xcat, a0, a1)
     if dd >= bound:
         p_free[n_free] = s2
         return n, n_free + 1
@@ -457,7 +457,7 @@ _DONE, _NEED_ROOM, _OUT_OF_POPS = 0, 1, 2
 @njit(cache=True, nogil=True)
 def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost,
                     xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
-                    rlo, rhi, coff, clow, cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base,
+                    rlo, rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base,
                     tie_high, tol, max_depth_nodes, max_pops, bound, klo, khi):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
@@ -530,7 +530,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
         code = _search_loop(
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, labels, rlo, rhi, coff, clow,
-            cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_pops,
+            cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_pops,
             klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo, c_hi, c_lab,
             c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange, top_n, stack,
             mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st)
@@ -566,7 +566,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
 @njit(**NO_NRT)
 def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
                  node_lo, node_hi, left, right, kstart, kend, order, labels, rlo, rhi, coff,
-                 clow, cupp, clcl, view32, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
+                 clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
                  max_pops, klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo,
                  c_hi, c_lab, c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange,
                  top_n, stack, mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st):
@@ -605,7 +605,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
             else:
                 n_c, n, n_free, n_used, ev = _scan_leaf(
                     x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, xcat,
-                    kstart, kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, view32,
+                    kstart, kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, cucl,
                     roots, base, nd, own, best, c_lo, c_hi, c_lab, c_d, n_c, keys, vals, n,
                     p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used, klo, khi, a0, a1)
                 evaluated += ev
@@ -663,7 +663,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
                 p_lo[s2, f] = nlo[f]
                 p_hi[s2, f] = nhi[f]
             n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
-                                    gcost, xcat, coff, clow, cupp, clcl, view32, p_lo, p_hi,
+                                    gcost, xcat, coff, clow, cupp, clcl, cucl, p_lo, p_hi,
                                     p_start, p_cs, p_free, s2, n_free, keys, vals, n, start,
                                     cs, best[k - 1], a0, a1)
             continue
@@ -685,7 +685,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
             else:
                 p_lo[s2, f] = cut + 1
             n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
-                                    gcost, xcat, coff, clow, cupp, clcl, view32, p_lo, p_hi,
+                                    gcost, xcat, coff, clow, cupp, clcl, cucl, p_lo, p_hi,
                                     p_start, p_cs, p_free, s2, n_free, keys, vals, n, start,
                                     cs, best[k - 1], a0, a1)
     st[_QUEUED], st[_FREE], st[_USED] = n, n_free, n_used

@@ -41,7 +41,6 @@ from .grid import cells_kernel
 from .lazy import Query, best_first
 from .options import QueryOptions
 from .partition import MIXED, refine_region
-from .splits import model_view, next_down, next_up
 
 
 # --------------------------------------------------------------------------------------
@@ -53,16 +52,14 @@ def _locate(A, integral, dom_lower, dom_upper, thr_values, thr_offsets, node_lo,
     """Rectangle containing each row of ``A`` (shape (n, m)), -1 where none does."""
     n, m = A.shape
     C = cells_kernel(A, integral, thr_values, thr_offsets, view32)
-    P = np.empty(m)  # the row as the model sees it, inside the domain
+    P = np.empty(m)  # the row, inside the domain
     out = np.full(n, -1, dtype=np.int64)
     stack = np.empty(256, dtype=np.int64)
     for i in range(n):
         for f in range(m):
-            # The model's view of a continuous value (float32(x) for a model that casts)
-            # may sit a fraction of an ulp outside a domain bound that is not a float32;
-            # its cell is still the edge one.
-            v = A[i, f] if integral[f] else model_view(A[i, f], view32)
-            P[f] = min(max(v, dom_lower[f]), dom_upper[f])
+            # KD-tree boxes are closed boxes of real cell bounds, so they hold the row
+            # itself (its cells C come from the model's view).
+            P[f] = min(max(A[i, f], dom_lower[f]), dom_upper[f])
         found = -1
         for c in range(class_root.shape[0]):
             if class_root[c] < 0 or found >= 0:
@@ -105,7 +102,7 @@ def _locate(A, integral, dom_lower, dom_upper, thr_values, thr_offsets, node_lo,
 
 @njit(cache=True, nogil=True)
 def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat, labels, rlo,
-          rhi, coff, clow, cupp, clcl, view32, with_mixed):
+          rhi, coff, clow, cupp, clcl, cucl, with_mixed):
     """Linear scan over every rectangle: distance per rectangle (inf if not a target;
     mixed ones get their distance when ``with_mixed``)."""
     n = labels.shape[0]
@@ -117,15 +114,19 @@ def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, x
         if (lab < 0 and not (with_mixed and lab == -1)) or (lab >= 0 and not tmask[lab]):
             continue
         out[r] = rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp,
-                           clcl, view32, np.inf, gcol, gstart, gcols, gcost, xcat, a0, a1)
+                           clcl, cucl, np.inf, gcol, gstart, gcols, gcost, xcat, a0, a1)
     return out
 
 
 @njit(cache=True, nogil=True)
-def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, integral, view32):
+def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, integral):
     """Region of the rectangle ``lo_cells..hi_cells`` (cell indices, shape (m,)) clipped to
-    the constraint box ``cmin..cmax``, and the point of it nearest to ``x`` that the model
-    sees inside it. Returns (point, lower, upper, lower_closed, upper_closed), shape (m,)."""
+    the constraint box ``cmin..cmax``, and the point of it nearest to ``x``. Returns
+    (point, lower, upper, lower_closed, upper_closed), shape (m,).
+
+    Cell bounds are real boundaries (:mod:`maps_core.splits`), so every real input of the
+    region, up to its ends, gets the rectangle's class; the point is the nearest float64
+    of the region: ``x`` clipped to it, one float64 inside an open end."""
     m = x.shape[0]
     p = np.empty(m)
     lower = np.empty(m)
@@ -135,8 +136,7 @@ def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, inte
     for f in range(m):
         gl = coff[f] + lo_cells[f]
         gh = coff[f] + hi_cells[f]
-        cell_lo = clow[gl]
-        lo_f, hi_f = cell_lo, cupp[gh]
+        lo_f, hi_f = clow[gl], cupp[gh]
         lc, uc = clcl[gl], cucl[gh]
         if cmin[f] > lo_f:
             lo_f = cmin[f]
@@ -150,28 +150,12 @@ def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, inte
             lc = lc or np.isfinite(lo_f)
             uc = uc or np.isfinite(hi_f)
         lower[f], upper[f], lcl[f], ucl[f] = lo_f, hi_f, lc, uc
-        v = x[f]
-        pf = min(max(v, lo_f), hi_f)
-        if not integral[f]:
-            x32 = model_view(v, view32)
-            if (pf == v and (v > lo_f or lc) and (x32 > cell_lo or (clcl[gl] and x32 >= cell_lo))
-                    and x32 <= cupp[gh]):
-                # x's own value is in the region and the model's view of it in the cell:
-                # leave the feature untouched (an immutable feature must not move by an ulp).
-                p[f] = v
-                continue
-            # The model sees its view of p (float32(p) for a model that casts): make sure
-            # that value is inside the interval.
-            v32 = model_view(pf, view32)
-            if v32 < lo_f or (v32 == lo_f and not lc):
-                v32 = next_up(lo_f, view32)
-                if v32 < lo_f:  # lo_f not on the view's lattice: go one more step
-                    v32 = next_up(v32, view32)
-                pf = v32
-            elif v32 > hi_f:
-                pf = next_down(hi_f, view32)
-            elif pf != v:
-                pf = v32
+        # x's own value when it is inside (an immutable feature never moves by an ulp)
+        pf = min(max(x[f], lo_f), hi_f)
+        if pf == lo_f and not lc:
+            pf = np.nextafter(lo_f, np.inf)
+        elif pf == hi_f and not uc:
+            pf = np.nextafter(hi_f, -np.inf)
         p[f] = pf
     return p, lower, upper, lcl, ucl
 
@@ -250,7 +234,6 @@ def assemble(
         x, np.ascontiguousarray(lo_cells, dtype=np.int32),
         np.ascontiguousarray(hi_cells, dtype=np.int32), cmin, cmax, g.cell_offsets,
         g.cell_lower, g.cell_upper, g.cell_lower_closed, g.cell_upper_closed, g.integral,
-        g.view32,
     )
     # One-hot groups: stay on x's category when the region allows it, otherwise take the
     # first category the region allows (all switches cost the same).
@@ -426,7 +409,7 @@ def linear_scan(engine: SearchEngine, x: np.ndarray, t_idx: int, opts: QueryOpti
     tmask[t_idx] = True
     g, part = engine.grid, engine.partition
     rects: tuple[Any, ...] = (part.labels, part.lo, part.hi, g.cell_offsets, g.cell_lower,
-                              g.cell_upper, g.cell_lower_closed, g.view32, False)
+                              g.cell_upper, g.cell_lower_closed, g.cell_upper_closed, False)
     d = _scan(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin, cmax,
               g.integral, tmask, *opts.group_args(x), *rects)
     r = int(np.argmin(d))

@@ -18,9 +18,11 @@ class Region:
     lower, upper : ndarray of shape (n_features,)
         Interval ends; ``-inf`` / ``+inf`` for an unbounded end.
     lower_closed, upper_closed : ndarray of shape (n_features,), bool
-        Whether the end itself belongs to the region. Ends of a continuous feature that
-        come from a model threshold are open below (``x > t``) and closed above
-        (``x <= t``); integer features always have closed ends at integers.
+        Whether the end itself belongs to the region. An end of a continuous feature that
+        comes from a model threshold is the real point where the model's decision changes
+        (for a model that casts to float32, halfway between two float32 values); it is
+        closed when the model sends that very point into the region, open otherwise.
+        Integer features always have closed ends at integers.
     """
 
     lower: np.ndarray

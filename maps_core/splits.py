@@ -11,11 +11,24 @@ rule                      comparison           libraries
 ========================  ===================  ========================================
 
 An adapter states the rule in :attr:`FlatEnsemble.split_rule
-<maps_core.ensemble.FlatEnsemble.split_rule>`. Everything downstream works on the model's
-*view* of an input (``float32(x)`` or ``x``) and on canonical thresholds ``s`` for which the
-node sends the view left iff ``view <= s`` (:func:`canonical_thresholds`), so the grid, the
-extraction and the search are the same code for every rule; the kernels only ask
-:func:`model_view`, :func:`next_up` and :func:`next_down` for the view's lattice.
+<maps_core.ensemble.FlatEnsemble.split_rule>`. A node's threshold becomes a canonical
+threshold ``s`` of the model's *view* of an input (``float32(x)`` or ``x``): the node sends
+the view left iff ``view <= s`` (:func:`canonical_thresholds`), which is how the grid
+locates an input. Clients send real numbers (float64 JSON), so everything stated to them
+(distances, regions, the returned point) lives on the real line: :func:`real_boundaries`
+turns ``s`` into the point ``b`` where the model's decision along the feature changes and
+the side that owns ``b``:
+
+* ``x <= t`` on float64: ``b = t``, owned by the left side;
+* a float32 view (``float32(x) <= t`` and ``float32(x) < t`` alike, once ``s`` is the last
+  float32 sent left): float32 rounding to nearest sends every real ``x`` below the
+  midpoint ``b`` of ``s`` and the next float32 to ``s`` and every one above to the next
+  float32, so ``b`` is that midpoint (exact in float64), owned by the side its own rounding
+  (ties to even) goes to. For scikit-learn's split ``1.68 < x`` stored as the float32
+  1.6799999475479126, the real inputs 1.68 and below go left.
+
+Integer features take the integer cut below ``b`` (the last integer the node sends left),
+which stays right when float32 cannot represent every integer (beyond 2**24).
 """
 
 from __future__ import annotations
@@ -80,16 +93,58 @@ def canonical_thresholds(t: np.ndarray, rule: str, integral: bool) -> np.ndarray
     """
     view32, strict = rule_flags(rule)
     t = np.asarray(t, dtype=np.float64)
-    if integral:
-        # x <= t  <=>  x <= floor(t);  x < t  <=>  x <= ceil(t) - 1
-        return np.ceil(t) - 1.0 if strict else np.floor(t)
     if view32:
         s = floor32(t)  # the largest view <= t
         if strict:  # the largest view < t
             eq = s == t
-            s[eq] = np.nextafter(s[eq].astype(np.float32), np.float32(-np.inf)).astype(np.float64)
+            with np.errstate(over="ignore"):  # below the lowest float32: -inf, nothing left
+                s[eq] = np.nextafter(s[eq].astype(np.float32),
+                                     np.float32(-np.inf)).astype(np.float64)
+    else:
+        s = np.nextafter(t, -np.inf) if strict else t
+    if not integral:
         return s
-    return np.nextafter(t, -np.inf) if strict else t
+    # The last integer sent left: below the real boundary, or on it when the left side
+    # owns it (x <= 2.5 -> 2; float32(x) <= 3.0 -> 3).
+    b, left_owns = real_boundaries(s, rule)
+    cut = np.floor(b)
+    cut[(cut == b) & ~left_owns] -= 1.0
+    return cut
+
+
+def real_boundaries(s: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where on the real line the view thresholds ``s`` split, and which side owns the point.
+
+    Parameters
+    ----------
+    s : ndarray of shape (k,)
+        Canonical thresholds (:func:`canonical_thresholds` of a continuous feature): values
+        of the model's view.
+    rule : str
+        The model's split rule.
+
+    Returns
+    -------
+    b : ndarray of shape (k,), float64
+        Real inputs ``x < b`` go left, ``x > b`` go right.
+    left_owns : ndarray of shape (k,), bool
+        Whether ``x == b`` goes left.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    view32, _ = rule_flags(rule)
+    if not view32:
+        return s.copy(), np.ones(s.shape, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s32 = s.astype(np.float32)
+        up = np.nextafter(s32, np.float32(np.inf)).astype(np.float64)
+        # Above the largest float32, rounding overflows to inf half an ulp past it.
+        top = ~np.isfinite(up)
+        up[top] = s[top] + (s[top] - np.nextafter(s32[top], np.float32(-np.inf)).astype(np.float64))
+        # The midpoint of two adjacent float32 needs 25 significant bits: exact in float64.
+        b = s + (up - s) / 2.0
+        b[np.isneginf(s)] = -np.inf  # a node that sends no finite input left
+        left_owns = b.astype(np.float32).astype(np.float64) == s
+    return b, left_owns
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -124,5 +179,6 @@ __all__ = [
     "model_view",
     "next_down",
     "next_up",
+    "real_boundaries",
     "rule_flags",
 ]

@@ -37,7 +37,7 @@ from .schema import FeatureSchema
 from .splits import FLOAT32_LE
 
 FORMAT = "cfmaps"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 
 _ENSEMBLE = ("node_feature", "node_threshold", "node_left", "node_right", "node_value",

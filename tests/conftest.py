@@ -65,18 +65,29 @@ def f32_floor(t: np.ndarray) -> np.ndarray:
     return f.astype(np.float64)
 
 
-def brute_force(model, x, target_index, weights, norm, classes=None):
-    """Exact optimum by enumerating every cell of the threshold grid (no maps_core code).
+def f32_real_boundary(s: np.ndarray) -> np.ndarray:
+    """Where scikit-learn's split ``float32(x) <= t`` changes sides on the real line, for
+    ``s = f32_floor(t)``: halfway to the next float32 (float32 rounds to nearest)."""
+    up = np.nextafter(s.astype(np.float32), np.float32(np.inf)).astype(np.float64)
+    return (s + up) / 2.0  # 25 significant bits: exact in float64
 
-    Every cell is an interval product (s_{j-1}, s_j] of float32-floored thresholds; it is
-    labelled by ``model.predict`` at a float32 point strictly inside, and the infimum
-    distance from ``x`` to the cell is computed in closed form.
+
+def brute_force(model, x, target_index, weights, norm, classes=None):
+    """Exact optimum over real inputs by enumerating every cell of the threshold grid (no
+    maps_core code).
+
+    Along a feature, the cells are the intervals between the real boundaries of the
+    float32-floored thresholds (float32(x) is the same for every real x strictly between
+    two of them); each cell is labelled by ``model.predict`` at a float32 point inside,
+    and the infimum distance from ``x`` to the cell is computed in closed form (whichever
+    side owns a boundary, the infimum is the same).
     """
     m = x.shape[0]
     cuts = [f32_floor(raw_thresholds(model, f)) for f in range(m)]
     cuts = [np.unique(c) for c in cuts]
-    lows = [np.concatenate([[-np.inf], c]) for c in cuts]
-    highs = [np.concatenate([c, [np.inf]]) for c in cuts]
+    bounds = [f32_real_boundary(c) for c in cuts]
+    lows = [np.concatenate([[-np.inf], b]) for b in bounds]
+    highs = [np.concatenate([b, [np.inf]]) for b in bounds]
     reps = []
     for c in cuts:
         if c.size == 0:

@@ -1,10 +1,12 @@
-"""Restart behaviour: reload ready models, fail interrupted builds, refuse broken maps."""
+"""Restart behaviour: reload ready models, run interrupted builds again, rebuild outdated
+maps, refuse broken maps."""
 
 from __future__ import annotations
 
 import json
 import pickle
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,29 +51,54 @@ def test_restart_reloads_ready_models(service_factory: Any, rf: Fitted, gb3: Fit
         assert r.json()["prediction"] == gb3.model.predict(gb3.X[:1])[0]
 
 
-def test_interrupted_builds_are_failed_at_start(service_factory: Any, rf: Fitted) -> None:
+def _wait_ready(svc: Service, model_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = dict(svc.client.get(f"/v1/models/{model_id}").json())
+        if info["status"] in ("ready", "failed"):
+            return info
+        time.sleep(0.05)
+    raise AssertionError(f"model {model_id} not built in {timeout} s")
+
+
+def test_interrupted_builds_run_again_at_start(service_factory: Any, rf: Fitted) -> None:
+    x = rf.X[0].tolist()
     with service_factory() as svc:
         data_dir = svc.settings.data_dir
         building = svc.add(rf.skops)
         queued = svc.add(rf.skops)
+        want = svc.client.post(f"/v1/models/{building}/counterfactuals", json={"instance": x}).json()
     # Simulate a crash mid-build: status on disk still says building/queued, maps missing.
     _edit_status(data_dir, building, status="building", stats=None)
     shutil.rmtree(data_dir / "models" / building / "maps")
     _edit_status(data_dir, queued, status="queued")
     with service_factory(data_dir=data_dir) as svc:
-        for model_id, was in ((building, "building"), (queued, "queued")):
-            info = svc.client.get(f"/v1/models/{model_id}").json()
-            assert info["status"] == "failed"
-            assert "interrupted" in info["error"] and was in info["error"]
-            assert _status(svc, model_id)["status"] == "failed"  # persisted
-            r = svc.client.post(
-                f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()}
-            )
-            assert r.status_code == 409
+        for model_id in (building, queued):
+            info = _wait_ready(svc, model_id)
+            assert info["status"] == "ready" and info["error"] is None, info
+            assert _status(svc, model_id)["status"] == "ready"  # persisted
+            r = svc.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": x})
+            assert r.status_code == 200
+            assert r.json()["distance"] == want["distance"]
         assert svc.client.get("/readyz").status_code == 200
-        # A failed model can be deleted and the same file uploaded again.
-        assert svc.client.delete(f"/v1/models/{building}").status_code == 204
-        assert svc.add(rf.skops)
+
+
+def test_maps_of_an_older_format_are_rebuilt(service_factory: Any, rf: Fitted) -> None:
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        model_id = svc.add(rf.skops)
+    manifest = data_dir / "models" / model_id / "maps" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["format_version"] = 1  # maps written before real-line cell bounds
+    manifest.write_text(json.dumps(doc))
+    with service_factory(data_dir=data_dir) as svc:
+        info = _wait_ready(svc, model_id)
+        assert info["status"] == "ready", info
+        new = json.loads(manifest.read_text())
+        assert new["format_version"] != 1
+        r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
+                            json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 200
 
 
 def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -> None:

@@ -197,8 +197,8 @@ def test_reachable_cells_keep_every_cell_the_constraints_admit():
                 cm, cx = cmin.copy(), cmax.copy()
                 cm[others], cx[others] = -np.inf, np.inf
                 d = rect_dist(0, x, w, 0, cm, cx, integral, lo, hi, k.coff, g.cell_lower,
-                               g.cell_upper, g.cell_lower_closed, g.view32, np.inf, no_group, empty,
-                               empty, np.zeros(0), empty, a0, a1)
+                               g.cell_upper, g.cell_lower_closed, g.cell_upper_closed, np.inf,
+                               no_group, empty, empty, np.zeros(0), empty, a0, a1)
                 if d < np.inf:
                     assert klo[f] <= j <= khi[f], (f, j, cmin[f], cmax[f])
             dropped += n_f - (khi[f] - klo[f] + 1)

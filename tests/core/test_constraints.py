@@ -25,7 +25,7 @@ from sklearn.ensemble import ExtraTreesClassifier, GradientBoostingClassifier, R
 from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import CounterfactualMaps, Feature, FeatureSchema
-from tests.conftest import f32_floor, raw_thresholds
+from tests.conftest import f32_floor, f32_real_boundary, raw_thresholds
 
 NORMS = ["l1", "l2", "linf", "l0"]
 OPTIONS = ["none", "immutable", "direction", "bounds", "combined"]
@@ -137,34 +137,46 @@ class Cells:
 
 
 class BruteForce:
-    """Every cell ``(s_{j-1}, s_j]`` of the grid of float32-floored thresholds, labelled by
-    ``model.predict`` at a point inside (the model is constant on a cell).
+    """Every cell of the threshold grid on the real line, labelled by ``model.predict`` at a
+    point inside (the model is constant on a cell).
 
-    On integral features a threshold ``t`` is the integer cut ``floor(t)``, and cuts below
-    the domain or at/above its upper end are dropped: both only remove cells without a
-    legal point, so the optimum is unchanged and the grid stays small.
+    scikit-learn sends x left iff ``float32(x) <= t``. With ``s`` the largest float32
+    ``<= t``, float32 rounding to nearest sends every real x below the midpoint ``b`` of ``s``
+    and the next float32 left, every one above it right, and ``b`` itself where its own
+    rounding goes: cells are the intervals between consecutive ``b``, each end open or
+    closed accordingly. On integral features a threshold ``t`` is the integer cut
+    ``floor(t)``, and integer cuts below the domain or at/above its upper end are dropped:
+    both only remove cells without a legal point, so the optimum is unchanged.
     """
 
     def __init__(self, model: Any, cols: list[Col]) -> None:
         self.model, self.cols = model, cols
         m = len(cols)
-        cuts, reps = [], []
+        lows, highs, lo_open, hi_open, reps = [], [], [], [], []
         for f, col in enumerate(cols):
-            c = f32_floor(raw_thresholds(model, f))
+            c = np.unique(f32_floor(raw_thresholds(model, f)))
+            lo, hi = col.domain()
             if col.integral:
                 # x <= t is x <= floor(t) on integers: cells without an integer merge away
-                c = np.floor(c)
-            lo, hi = col.domain()
-            # cells wholly outside the legal domain hold no legal point
-            c = np.unique(c[(c >= lo) & (c < hi)])
-            cuts.append(c)
-            last = c[-1:] + 1 if col.integral else next32(c[-1:])
+                c = np.unique(np.floor(c))
+                c = c[(c >= lo) & (c < hi)]
+                bnd, left_owns = c, np.ones(c.size, dtype=bool)
+                last = c[-1:] + 1
+            else:
+                bnd = f32_real_boundary(c)
+                left_owns = bnd.astype(np.float32).astype(np.float64) == c
+                last = next32(c[-1:])
+            lows.append(np.concatenate([[-np.inf], bnd + 1.0 if col.integral else bnd]))
+            highs.append(np.concatenate([bnd, [np.inf]]))
+            lo_open.append(np.concatenate([[False], left_owns & ~col.integral]))
+            hi_open.append(np.concatenate([~left_owns, [False]]))
+            # c (float32 values) lie strictly inside their real cells
             reps.append(np.concatenate([c, last]) if c.size else np.clip([0.0], lo, hi))
-        lows = [np.concatenate([[-np.inf], c]) for c in cuts]
-        highs = [np.concatenate([c, [np.inf]]) for c in cuts]
         idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
         self.lo = np.column_stack([lows[f][idx[:, f]] for f in range(m)])
         self.hi = np.column_stack([highs[f][idx[:, f]] for f in range(m)])
+        self.lo_open = np.column_stack([lo_open[f][idx[:, f]] for f in range(m)])
+        self.hi_open = np.column_stack([hi_open[f][idx[:, f]] for f in range(m)])
         pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
         self.label = np.searchsorted(model.classes_, model.predict(pts))
         self.integral = np.array([c.integral for c in cols])
@@ -210,27 +222,23 @@ class BruteForce:
         keep = np.isin(self.label, targets)
         lo, hi = self.lo[keep], self.hi[keep]
         cmin, cmax = self.box(x, opts)
-        is_open = np.isfinite(lo) & (lo >= cmin)  # the cell's own open end survives
+        a_open = self.lo_open[keep] & (lo >= cmin)  # the cell's own open end survives
+        b_open = self.hi_open[keep] & (hi <= cmax)
         a = np.maximum(lo, cmin)
         b = np.minimum(hi, cmax)
         integ = self.integral
-        with np.errstate(invalid="ignore"):
-            a_int = np.where(is_open, np.floor(a) + 1, np.ceil(a))
-        a = np.where(integ, a_int, a)
+        a = np.where(integ, np.ceil(a), a)
         b = np.where(integ, np.floor(b), b)
-        is_open &= ~integ
-        # an open end needs a float32 value (what the model sees) above it inside the box
-        above = a.copy()
-        above[is_open] = next32(a[is_open])
-        ok = np.where(is_open, above <= b, a <= b)
+        ok = np.where(a_open | b_open, a < b, a <= b)
         feasible = ok.all(axis=1)
-        changed = (x < a) | (x > b) | (is_open & (x == a))
+        changed = (x < a) | (x > b) | (a_open & (x == a)) | (b_open & (x == b))
         delta = np.where(x < a, a - x, np.where(x > b, x - b, 0.0)) * w
         plain = ~self.in_group
         terms = [delta[:, plain]]
         n_changed = changed[:, plain].sum(axis=1)
         witness = np.clip(x, a, b)
-        witness = np.where(is_open & (witness == a), above, witness)
+        witness = np.where(a_open & (witness == a), np.nextafter(a, np.inf), witness)
+        witness = np.where(b_open & (witness == b), np.nextafter(b, -np.inf), witness)
         for g, js in self.groups.items():
             allow1 = (a[:, js] <= 1) & (b[:, js] >= 1)
             allow0 = (a[:, js] <= 0) & (b[:, js] >= 0)

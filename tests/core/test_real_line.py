@@ -1,0 +1,135 @@
+"""Answers are stated on the real line, where clients' float64 inputs live.
+
+scikit-learn compares ``float32(x) <= t``: the real inputs a split sends left end halfway
+between two float32 values, not at a float32. These tests check the promises made to a
+client against the model's own ``predict`` only:
+
+* every real input of a returned region, right up to its ends, gets the target: the
+  first float64 inside each end (the end itself when closed) and the end rounded to 6
+  digits when that lies inside;
+* the maps label every input as ``model.predict`` does at each real boundary and one
+  float64 either side of it;
+* the returned point gets the target and lies in its region, and its distance is the
+  certified one (to an ulp at an open end).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+from sklearn.tree import DecisionTreeClassifier
+
+from maps_core import CounterfactualMaps
+from tests.conftest import f32_floor, f32_real_boundary, fit, raw_thresholds
+
+NORMS = ("l1", "l2", "linf")
+
+
+def _inside_points(region, x):
+    """Points of the region next to each finite end of each feature (the others at x)."""
+    pts = []
+    for f in range(x.shape[0]):
+        for end, closed, inward in ((region.lower[f], region.lower_closed[f], np.inf),
+                                    (region.upper[f], region.upper_closed[f], -np.inf)):
+            if not np.isfinite(end):
+                continue
+            for v in (end if closed else np.nextafter(end, inward), round(float(end), 6)):
+                p = x.copy()
+                p[f] = v
+                if region.contains(p):
+                    pts.append(p)
+    return np.array(pts)
+
+
+@pytest.fixture(scope="module", params=["dt", "rf", "gb"])
+def small(request):
+    model, X, _ = fit(request.param, n_classes=2, seed=3)
+    return model, X, CounterfactualMaps.build(model)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_every_input_of_a_region_gets_the_target(small, norm):
+    model, X, maps = small
+    rng = np.random.default_rng(0)
+    checked = 0
+    for x in X[rng.choice(len(X), 25, replace=False)]:
+        res = maps.counterfactual(x, norm=norm, k=3)
+        for cf in res.counterfactuals:
+            assert model.predict(cf.x[None])[0] == cf.target
+            assert cf.region.contains(cf.x)
+            # the point is the nearest float64 of the region: its distance is the infimum,
+            # up to the ulp an open end costs
+            assert cf.counterfactual_distance == pytest.approx(cf.distance, rel=1e-12, abs=1e-12)
+            # the region is x's own cell clipped, not x: start from the returned point
+            P = _inside_points(cf.region, cf.x)
+            if P.size:
+                assert np.all(model.predict(P) == cf.target), cf.region
+                checked += len(P)
+    assert checked > 100
+
+
+def test_the_float32_rounding_example():
+    """A split at 1.68 (stored as the float32 1.6799999475479126): 1.68 itself goes left,
+    so a region of the right side must not claim it."""
+    X = np.array([[1.66], [1.67], [1.68], [1.7], [1.8], [1.9]])
+    y = np.array([0, 0, 0, 1, 1, 1])
+    model = DecisionTreeClassifier(random_state=0).fit(X, y)
+    t = model.tree_.threshold[0]
+    assert np.float32(1.68) <= t  # 1.68 goes left, although 1.68 > float32(1.68)
+    maps = CounterfactualMaps.build(model)
+    res = maps.counterfactual(np.array([1.5]), 1)
+    r = res.best.region
+    b = f32_real_boundary(f32_floor(np.array([t])))[0]
+    assert r.lower[0] == b and 1.68 < b
+    assert not r.contains(np.array([1.68])) and model.predict([[1.68]])[0] == 0
+    assert res.best.distance == pytest.approx(b - 1.5, rel=1e-15)
+    inside = np.nextafter(b, np.inf) if not r.lower_closed[0] else b
+    assert model.predict([[inside]])[0] == 1 and res.best.x[0] == inside
+
+
+@pytest.mark.parametrize("kind", ["rf", "gb", "et"])
+def test_maps_label_each_side_of_every_real_boundary(kind):
+    model, X, _ = fit(kind, n_classes=3, seed=1)
+    maps = CounterfactualMaps.build(model)
+    rng = np.random.default_rng(2)
+    rows = []
+    for f in range(X.shape[1]):
+        b = f32_real_boundary(f32_floor(raw_thresholds(model, f)))
+        vals = np.concatenate([b, np.nextafter(b, -np.inf), np.nextafter(b, np.inf)])
+        P = X[rng.integers(0, len(X), size=vals.size)].copy()
+        P[:, f] = vals
+        rows.append(P)
+    P = np.vstack(rows)
+    assert np.array_equal(maps.predict(P), model.predict(P))
+
+
+def test_distance_is_the_real_infimum_not_the_float32_one():
+    """The distance to the right side of the split is b - x with b the real boundary,
+    which differs from the float32 threshold by more than 1e-9."""
+    X = np.array([[0.0], [0.1], [0.2], [0.3]])
+    y = np.array([0, 0, 1, 1])
+    model = RandomForestClassifier(3, random_state=0, bootstrap=False).fit(X, y)
+    maps = CounterfactualMaps.build(model)
+    s = f32_floor(np.unique(raw_thresholds(model, 0)))
+    b = f32_real_boundary(s)
+    res = maps.counterfactual(np.array([0.0]), 1)
+    want = min(bi for bi, si in zip(b, s, strict=True) if model.predict([[np.nextafter(bi, np.inf)]])[0] == 1)
+    assert abs(res.best.distance - want) <= 1e-15
+    assert abs(res.best.distance - s.min()) > 1e-9
+
+
+def test_gradient_boosting_region_promise():
+    model = GradientBoostingClassifier(n_estimators=20, max_depth=2, random_state=0)
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 3)) * np.array([1e-3, 1.0, 1e4])  # wide range of float32 spacing
+    y = (X[:, 0] * 1e3 + X[:, 1] + X[:, 2] * 1e-4 > 0).astype(int)
+    model.fit(X, y)
+    maps = CounterfactualMaps.build(model)
+    for x in X[:30]:
+        for norm in NORMS:
+            cf = maps.counterfactual(x, norm=norm).best
+            P = _inside_points(cf.region, cf.x)
+            assert model.predict(cf.x[None])[0] == cf.target
+            if P.size:
+                assert np.all(model.predict(P) == cf.target)
