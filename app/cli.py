@@ -306,9 +306,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
+    from app.observability import configure_logging
 
     settings = _make_settings(args.data_dir)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    configure_logging(settings.log_format, args.log_level)
+    # log_config=None: keep the handler above (request ids, JSON) for uvicorn's loggers.
+    # On SIGTERM uvicorn stops accepting, lets in-flight requests finish within the grace
+    # period, then runs the app's shutdown (builds asked to stop, queued again at start).
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
+                log_config=None, timeout_graceful_shutdown=settings.shutdown_grace_seconds)
     return 0
 
 

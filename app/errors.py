@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from maps_core.exceptions import (
     ArtifactError,
@@ -170,6 +171,20 @@ _STATUS_CODES = {
 }
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app takes on the request's path (asked of the
+    routes themselves, so included routers count too)."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
+
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers on ``app``."""
 
@@ -188,10 +203,15 @@ def install(app: FastAPI) -> None:
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         code = _STATUS_CODES.get(exc.status_code, "http_error")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route matching the path only;
+            # /v1/models takes GET and POST from two routes.
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         return JSONResponse(
             error_body(code, str(exc.detail), getattr(exc, "field", None)),
             status_code=exc.status_code,
-            headers=dict(exc.headers or {}),
+            headers=headers,
         )
 
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:

@@ -23,6 +23,7 @@ from . import errors
 from .builds import BuildManager
 from .errors import error_body
 from .metrics import Metrics, MetricsMiddleware
+from .observability import RequestIdMiddleware
 from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models
@@ -159,6 +160,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Exact counterfactual explanations for tree-ensemble classifiers",
         lifespan=lifespan,
         default_response_class=SafeJSONResponse,
+        # operationId = the route function's name (get_model, counterfactuals...): stable
+        # names for generated clients and for the upload's OpenAPI links.
+        generate_unique_id_function=lambda route: route.name,
     )
     app.state.settings = settings
     app.state.registry = registry
@@ -168,7 +172,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(counterfactuals.router)
     app.include_router(health.router)
-    # Added last = outermost: metrics also count the 413s answered by the body limit.
+    # Added last = outermost: metrics also count the 413s answered by the body limit, and
+    # every answer, 413s included, carries its request id.
     app.add_middleware(BodyLimitMiddleware, settings=settings)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(RequestIdMiddleware)
     return app

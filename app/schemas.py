@@ -30,6 +30,7 @@ from pydantic import (
     WithJsonSchema,
 )
 from pydantic import ValidationError as PydanticValidationError
+from pydantic.json_schema import SkipJsonSchema
 
 from maps_core import NORM_NAMES, Counterfactual, CounterfactualResult
 
@@ -138,9 +139,20 @@ def parse_spec(text: str | bytes | None) -> ModelSpec:
 
 
 class _InstancesRequest(_Strict):
-    instance: Instance | None = None
-    instances: list[Instance] | None = Field(
-        default=None, description="A batch; results come back in the same order."
+    # Exactly one of the two, stated in the schema (oneOf) as the codec enforces it; null
+    # is accepted as "absent" but not advertised (SkipJsonSchema), so a client generated
+    # from the schema never sends it.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["instance"]}, {"required": ["instances"]}]},
+    )
+
+    instance: Instance | SkipJsonSchema[None] = Field(
+        default=None, description="One input. Give exactly one of `instance` and `instances`."
+    )
+    instances: Annotated[list[Instance], Field(min_length=1)] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="A batch (at least one input); results come back in the same order.",
     )
 
 

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         Norm used when a query names none. L1 is the default because it favours sparse
         changes (few features moved), which is what people asking "what should I change?"
         usually want.
+    log_format : {"text", "json"}
+        Log lines as text, or one JSON object per line for log collectors; both carry the
+        request id (:mod:`app.observability`).
+    shutdown_grace_seconds : float
+        On SIGTERM, how long ``cfmaps serve`` lets in-flight requests finish before it
+        closes their connections.
     """
 
     model_config = SettingsConfigDict(env_prefix="CFMAPS_", extra="ignore")
@@ -75,6 +81,8 @@ class Settings(BaseSettings):
     build_max_seconds: float | None = Field(default=900.0, gt=0)
     build_max_rectangles: int | None = Field(default=5_000_000, gt=0)
     default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
+    log_format: Literal["text", "json"] = "text"
+    shutdown_grace_seconds: float = Field(default=30.0, gt=0)
 
     @field_validator("api_tokens", mode="before")
     @classmethod

@@ -28,6 +28,7 @@ ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorResponse, "description": d}
     for s, d in {
+        400: "Malformed body (not JSON, or a broken encoding)",
         401: "Missing bearer token",
         403: "Wrong token",
         404: "Unknown model",

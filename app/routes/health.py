@@ -1,13 +1,19 @@
-"""Liveness, readiness and metrics (always open: probes and scrapers carry no tokens)."""
+"""Liveness, readiness and metrics (always open: probes and scrapers carry no tokens), with
+the Open Inference Protocol's health routes beside cfmaps' own."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Path
 from fastapi.responses import Response
 
 from ..metrics import CONTENT_TYPE
 from ..responses import SafeJSONResponse as JSONResponse
-from .deps import MetricsDep, RegistryDep
+from ..schemas import ErrorResponse
+from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep
+
+ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
 
 router = APIRouter(tags=["operations"])
 
@@ -37,3 +43,34 @@ async def readyz(registry: RegistryDep) -> JSONResponse:
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
 async def metrics(m: MetricsDep) -> Response:
     return Response(m.render(), media_type=CONTENT_TYPE)
+
+
+# -- Open Inference Protocol (KServe v2) health routes, for platforms that probe them ------
+@router.get("/v2/health/live", summary="Open Inference Protocol: server live")
+async def v2_live() -> dict[str, bool]:
+    return {"live": True}
+
+
+@router.get("/v2/health/ready", summary="Open Inference Protocol: server ready")
+async def v2_ready(registry: RegistryDep) -> JSONResponse:
+    """200 ``{"ready": true}`` once the persisted models are loaded (as ``/readyz``), 503
+    ``{"ready": false}`` before."""
+    if not registry.all_loaded():
+        return JSONResponse({"ready": False}, status_code=503, headers={"Retry-After": "1"})
+    return JSONResponse({"ready": True})
+
+
+@router.get(
+    "/v2/models/{model_id}/ready",
+    summary="Open Inference Protocol: model ready",
+    responses={404: {"model": ErrorResponse, "description": "Unknown model"},
+               503: {"description": "Known, not ready (queued, building, loading or failed)"}},
+)
+async def v2_model_ready(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
+    """200 ``{"name": id, "ready": true}`` when the model answers queries; 503 with
+    ``"ready": false`` and its ``status`` while it is queued, building, loading or failed;
+    404 for an unknown id. Open like the other probes: it tells only the status."""
+    entry = registry.get(model_id)
+    ready = entry.status == "ready" and entry.maps is not None
+    body = {"name": model_id, "ready": ready, "status": entry.status}
+    return JSONResponse(body, status_code=200 if ready else 503)

@@ -22,6 +22,16 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     403: {"model": ErrorResponse, "description": "Wrong token or non-loopback client"},
 }
 ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
+# OpenAPI links: the id an upload returns is what the model's other routes take, so
+# clients and stateful testers (schemathesis) can chain an upload to its queries.
+_ID = {"model_id": "$response.body#/id"}
+_LINKS = {
+    "GetModel": {"operationId": "get_model", "parameters": _ID},
+    "DeleteModel": {"operationId": "delete_model", "parameters": _ID},
+    "Counterfactuals": {"operationId": "counterfactuals", "parameters": _ID},
+    "Predict": {"operationId": "predict", "parameters": _ID},
+    "ModelReady": {"operationId": "v2_model_ready", "parameters": _ID},
+}
 
 _SPEC_DOC = (
     'JSON: {"name": str, "features": [{name, type: continuous|integer|binary|categorical, '
@@ -35,7 +45,13 @@ _SPEC_DOC = (
     status_code=202,
     response_model=ModelInfo,
     dependencies=[Depends(require_admin)],
-    responses={**_ERRORS, 413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}},
+    responses={
+        **_ERRORS,
+        202: {"links": _LINKS},
+        400: {"model": ErrorResponse, "description": "Malformed multipart body"},
+        413: {"model": ErrorResponse, "description": "Upload too large"},
+        422: {"model": ErrorResponse, "description": "Bad model file or spec"},
+    },
     summary="Upload a model and build its counterfactual maps",
 )
 async def create_model(

@@ -1,0 +1,87 @@
+"""Conventions platform teams expect: Open Inference Protocol health routes, request ids,
+JSON logs, complete Allow headers and an OpenAPI document that states its rules."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from typing import Any
+
+from svc_helpers import Fitted, Service
+
+from app.observability import configure_logging
+
+
+def test_open_inference_protocol_health(rf_service: tuple[Service, str]) -> None:
+    svc, model_id = rf_service
+    assert svc.client.get("/v2/health/live").json() == {"live": True}
+    r = svc.client.get("/v2/health/ready")
+    assert r.status_code == 200 and r.json() == {"ready": True}
+    r = svc.client.get(f"/v2/models/{model_id}/ready")
+    assert r.status_code == 200 and r.json() == {"name": model_id, "ready": True, "status": "ready"}
+    r = svc.client.get("/v2/models/nope/ready")
+    assert r.status_code == 404 and r.json()["error"] == "model_not_found"
+
+
+def test_request_ids_in_and_out(service: Service) -> None:
+    r = service.client.get("/healthz", headers={"X-Request-ID": "req-42"})
+    assert r.headers["X-Request-ID"] == "req-42"
+    fresh = [service.client.get("/healthz").headers["X-Request-ID"] for _ in range(2)]
+    assert fresh[0] != fresh[1] and all(len(f) == 32 for f in fresh)
+    # a header that would break log lines is replaced, not echoed
+    r = service.client.get("/healthz", headers={"X-Request-ID": "a b\tc"})
+    assert r.headers["X-Request-ID"] not in ("a b\tc", "") and " " not in r.headers["X-Request-ID"]
+    # errors carry it too
+    r = service.client.get("/v1/models/nope", headers={"X-Request-ID": "req-43"})
+    assert r.status_code == 404 and r.headers["X-Request-ID"] == "req-43"
+
+
+def test_json_logs_carry_the_request_id(service: Service) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging("json", "info")
+        buf = io.StringIO()
+        root.handlers[0].setStream(buf)  # type: ignore[attr-defined]
+        service.client.get("/v1/models/nope", headers={"X-Request-ID": "req-44"})
+        logging.getLogger("cfmaps.app").info("outside a request")
+        lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+        assert lines and all({"time", "level", "logger", "message", "request_id"} <= set(x) for x in lines)
+        assert lines[-1]["request_id"] == "-" and lines[-1]["message"] == "outside a request"
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+
+
+def test_405_names_every_allowed_method(service: Service) -> None:
+    for path, allowed in (("/v1/models", "GET, POST"), ("/v1/models/abc", "GET, DELETE"),
+                          ("/v1/models/abc/counterfactuals", "POST"), ("/healthz", "GET")):
+        r = service.client.options(path)
+        assert r.status_code == 405 and r.headers["Allow"] == allowed, path
+        assert r.json()["error"] == "method_not_allowed"
+
+
+def test_openapi_states_its_rules(service: Service) -> None:
+    doc: dict[str, Any] = service.client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    for name in ("CounterfactualRequest", "PredictRequest"):
+        assert schemas[name]["oneOf"] == [{"required": ["instance"]}, {"required": ["instances"]}]
+        assert schemas[name]["properties"]["instances"]["minItems"] == 1
+        assert "null" not in json.dumps(schemas[name]["properties"]["instance"])
+    post = doc["paths"]["/v1/models"]["post"]
+    links = post["responses"]["202"]["links"]
+    ops = {op["operationId"] for p in doc["paths"].values() for op in p.values()}
+    assert {"get_model", "counterfactuals", "predict", "delete_model"} <= {
+        link["operationId"] for link in links.values()} <= ops
+    for path in ("/v1/models", "/v1/models/{model_id}/counterfactuals", "/v1/models/{model_id}/predict"):
+        assert {"400", "413", "422"} <= set(doc["paths"][path]["post"]["responses"]), path
+
+
+def test_one_of_is_enforced(rf_service: tuple[Service, str], rf: Fitted) -> None:
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    x = rf.X[0].tolist()
+    for body in ({}, {"instance": x, "instances": [x]}, {"instances": []}, {"instance": None}):
+        r = svc.client.post(url, json=body)
+        assert r.status_code == 422 and r.json()["field"] in ("instance", "instances"), body
