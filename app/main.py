@@ -14,6 +14,7 @@ import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import metadata
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -115,6 +116,24 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
+def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
+    """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH) into the request
+    schemas, so that the document says which requests are valid here."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = build()
+            for name in ("CounterfactualRequest", "PredictRequest"):
+                props = doc["components"]["schemas"][name]["properties"]
+                props["instances"]["maxItems"] = settings.max_batch
+                if "k" in props:
+                    props["k"]["maximum"] = settings.max_k
+        return app.openapi_schema or doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the cfmaps FastAPI application.
 
@@ -164,6 +183,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # names for generated clients and for the upload's OpenAPI links.
         generate_unique_id_function=lambda route: route.name,
     )
+    _state_limits_in_openapi(app, settings)
     app.state.settings = settings
     app.state.registry = registry
     app.state.builds = builds

@@ -25,7 +25,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    StrictInt,
     StrictStr,
     WithJsonSchema,
 )
@@ -45,6 +44,19 @@ else:
     # the OpenAPI schema and the validation message.
     Norm = Literal[NORM_NAMES]
 Direction = Literal["any", "increase", "decrease"]
+
+
+def _whole_number(v: Any) -> Any:
+    # JSON Schema calls 3.0 an integer; Python's int type does not. Accept it, refuse
+    # booleans and fractions (what StrictInt refused) and strings.
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError("expected an integer")
+    return v
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole_number)]
 
 
 def _scalar_label(v: Any) -> Any:
@@ -183,7 +195,7 @@ class CounterfactualRequest(_InstancesRequest):
         default=None,
         description="[lower, upper] (null: unbounded) the counterfactual must respect.",
     )
-    k: StrictInt = Field(
+    k: WholeNumber = Field(
         default=1,
         ge=1,
         description="Counterfactuals per instance, from distinct "

@@ -57,7 +57,11 @@ _SPEC_DOC = (
 async def create_model(
     registry: RegistryDep,
     builds: BuildsDep,
-    model: Annotated[UploadFile, File(description="skops file (pickle/joblib if trusted)")],
+    model: Annotated[
+        UploadFile,
+        File(description="skops file (pickle/joblib if trusted); not empty",
+             json_schema_extra={"minLength": 1}),
+    ],
     spec: Annotated[str | UploadFile | None, Form(description=_SPEC_DOC)] = None,
 ) -> JSONResponse:
     """Store the model, check that it is a supported classifier, queue the build (202).
