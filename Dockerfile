@@ -43,7 +43,10 @@ RUN useradd --system --uid 10001 --user-group --create-home --home-dir /home/cfm
     && mkdir -p /data \
     && chown -R cfmaps:cfmaps /data /var/cache/cfmaps
 
-ENV CFMAPS_DATA_DIR=/data
+# Two query processes by default (they share the memory-mapped maps through the page
+# cache); CFMAPS_ROLE=api|builder splits building from serving (docker-compose.yml).
+ENV CFMAPS_DATA_DIR=/data \
+    CFMAPS_WORKERS=2
 VOLUME ["/data"]
 WORKDIR /home/cfmaps
 USER cfmaps

@@ -34,6 +34,8 @@ log = logging.getLogger("cfmaps.app")
 
 # Share of the progress bar given to extraction; saving and re-loading take the rest.
 _EXTRACT_SHARE = 0.95
+# Seconds between progress writes to status.json (read by the other processes).
+_PROGRESS_EVERY = 0.5
 
 
 class BuildCancelled(Exception):
@@ -59,8 +61,12 @@ class BuildManager:
         )
         self._futures: set[Future[None]] = set()
 
-    def submit(self, entry: ModelEntry) -> Future[None]:
-        """Queue the build of a freshly registered (``queued``) model."""
+    def submit(self, entry: ModelEntry) -> Future[None] | None:
+        """Queue the build of a ``queued`` model; None when this process does not build
+        (role ``api``: a builder process picks the model up from the data dir)."""
+        if self.settings.role == "api":
+            return None
+        entry.building_here = True
         self.metrics.builds_queued.inc()
         fut = self._executor.submit(self._run, entry)
         self._futures.add(fut)
@@ -82,6 +88,20 @@ class BuildManager:
     # -- the build ------------------------------------------------------------------------
     def _run(self, entry: ModelEntry) -> None:
         self.metrics.builds_queued.dec()
+        lock = self.registry.build_lock(entry)
+        if lock is None:
+            # Another process (a replica, the builder) holds the build lock: it builds the
+            # model, and the data-dir sync shows its progress here.
+            entry.building_here = False
+            return
+        try:
+            self._run_locked(entry)
+        finally:
+            entry.building_here = False
+            lock.release()
+
+    def _run_locked(self, entry: ModelEntry) -> None:
+        entry.progress = 0.0
         if not self.registry.set_status(entry, "building"):
             self.metrics.builds.labels(outcome="cancelled").inc()
             return
@@ -109,12 +129,18 @@ class BuildManager:
             self.registry.publish_ready(entry)
 
     def _build(self, entry: ModelEntry) -> str:
+        last_written = [time.monotonic()]
+
         def progress(fraction: float) -> None:
             if entry.cancel.is_set():
                 raise BuildCancelled()
             f = min(max(float(fraction), 0.0), 1.0) * _EXTRACT_SHARE
             if f > entry.progress:
                 entry.progress = f
+            now = time.monotonic()
+            if now - last_written[0] >= _PROGRESS_EVERY:  # for the other processes
+                last_written[0] = now
+                self.registry.persist_progress(entry)
 
         s = self.settings
         maps = CounterfactualMaps.build(

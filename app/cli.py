@@ -306,15 +306,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.main import create_app
-    from app.observability import configure_logging
+    from app.observability import WORKER_LOG_ENV, configure_logging
 
-    settings = _make_settings(args.data_dir)
+    if args.data_dir:
+        # Worker processes read their settings from the environment.
+        os.environ["CFMAPS_DATA_DIR"] = str(Path(args.data_dir))
+    settings = _make_settings(None)
+    workers = args.workers if args.workers is not None else settings.workers
+    if workers < 1:
+        raise CLIError("--workers must be at least 1")
     configure_logging(settings.log_format, args.log_level)
     # log_config=None: keep the handler above (request ids, JSON) for uvicorn's loggers.
     # On SIGTERM uvicorn stops accepting, lets in-flight requests finish within the grace
     # period, then runs the app's shutdown (builds asked to stop, queued again at start).
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
-                log_config=None, timeout_graceful_shutdown=settings.shutdown_grace_seconds)
+    common: dict[str, Any] = {
+        "host": args.host, "port": args.port, "log_level": args.log_level, "log_config": None,
+        "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+    }
+    if workers == 1:
+        uvicorn.run(create_app(settings), **common)
+    else:
+        # N processes, each an app over the shared data dir (see app.registry.Registry.sync);
+        # each configures its own logging (create_app reads this variable).
+        os.environ[WORKER_LOG_ENV] = args.log_level
+        uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)
     return 0
 
 
@@ -410,6 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     s.add_argument("--data-dir", metavar="D", help="data directory (default: $CFMAPS_DATA_DIR)")
     s.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    s.add_argument(
+        "--workers", type=int, default=None, metavar="N",
+        help="processes serving the same data dir (default: $CFMAPS_WORKERS, else 1); they "
+        "share the memory-mapped maps through the page cache",
+    )
     s.set_defaults(func=cmd_serve)
 
     d = sub.add_parser(

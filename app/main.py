@@ -1,14 +1,16 @@
 """The application factory.
 
 Run with ``uvicorn --factory app.main:create_app`` (settings from ``CFMAPS_*``) or
-``cfmaps serve``. Use a single worker per data dir: builds and the registry live in the
-process.
+``cfmaps serve [--workers N]``. Any number of processes may share a data dir: each
+follows the others' changes (:meth:`app.registry.Registry.sync`), and a file lock decides
+which one builds a model.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import warnings
 from collections.abc import AsyncIterator
@@ -24,7 +26,7 @@ from . import errors
 from .builds import BuildManager
 from .errors import error_body
 from .metrics import Metrics, MetricsMiddleware
-from .observability import RequestIdMiddleware
+from .observability import WORKER_LOG_ENV, RequestIdMiddleware, configure_logging
 from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models
@@ -116,6 +118,17 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
+def _sync_loop(registry: Registry, settings: Settings, stop: threading.Event) -> None:
+    """Follow what other processes do in the data dir (see :meth:`Registry.sync`), every
+    ``CFMAPS_SYNC_INTERVAL_SECONDS``, once the start-up load is done."""
+    registry.loaded.wait()
+    while not stop.wait(settings.sync_interval_seconds):
+        try:
+            registry.sync()
+        except Exception:  # a bug here must not end the thread: log and keep following
+            log.exception("data dir sync failed")
+
+
 def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
     """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH) into the request
     schemas, so that the document says which requests are valid here."""
@@ -146,16 +159,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     -----
     At start-up (lifespan) the data dir is scanned synchronously, then the ready models are
     loaded in a background thread: ``/healthz`` answers at once, ``/readyz`` turns 200 when
-    loading is done. Builds that were queued or running when the service stopped, and
-    models whose maps are of an older format, are built again from their stored model
-    files. On shutdown queued builds are dropped and running ones asked to stop; they run
-    again at the next start.
+    loading is done. Builds that were queued or running when the service stopped (no
+    process holds their build lock), and models whose maps are of an older format, are
+    built again from their stored model files. A sync thread then follows what other
+    processes sharing the data dir do (``CFMAPS_ROLE``, ``cfmaps serve --workers``). On
+    shutdown queued builds are dropped and running ones asked to stop; they run again at
+    the next start.
     """
     settings = settings or Settings()
+    if os.environ.get(WORKER_LOG_ENV):  # a worker process of cfmaps serve --workers N
+        configure_logging(settings.log_format, os.environ[WORKER_LOG_ENV])
     metrics = Metrics()
     registry = Registry(settings)
     builds = BuildManager(registry, settings, metrics)
-    registry.on_requeue = builds.submit  # interrupted builds and outdated maps run again
+    if settings.role != "api":  # queued models no process builds, interrupted builds,
+        registry.on_requeue = builds.submit  # outdated maps: built here
     metrics.watch_models(registry.counts)
 
     # Models fitted on DataFrames warn on every numpy predict call; the service always
@@ -167,10 +185,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry.open()
         loader = threading.Thread(target=registry.load_pending, name="cfmaps-load", daemon=True)
         loader.start()
-        log.info("cfmaps serving %s", settings.data_dir)
+        stop = threading.Event()
+        syncer = threading.Thread(target=_sync_loop, args=(registry, settings, stop),
+                                  name="cfmaps-sync", daemon=True)
+        syncer.start()
+        log.info("cfmaps serving %s (role %s)", settings.data_dir, settings.role)
         try:
             yield
         finally:
+            stop.set()
             builds.shutdown()
 
     app = FastAPI(
@@ -189,8 +212,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.builds = builds
     app.state.metrics = metrics
     errors.install(app)
-    app.include_router(models.router)
-    app.include_router(counterfactuals.router)
+    if settings.role != "builder":  # a builder serves the probes and metrics only
+        app.include_router(models.router)
+        app.include_router(counterfactuals.router)
     app.include_router(health.router)
     # Added last = outermost: metrics also count the 413s answered by the body limit, and
     # every answer, 413s included, carries its request id.

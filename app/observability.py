@@ -21,9 +21,14 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["REQUEST_ID_HEADER", "RequestIdMiddleware", "configure_logging", "request_id"]
+__all__ = ["REQUEST_ID_HEADER", "WORKER_LOG_ENV", "RequestIdMiddleware", "configure_logging",
+           "request_id"]
 
 REQUEST_ID_HEADER = "X-Request-ID"
+#: Set by ``cfmaps serve --workers N`` to the log level: each worker process then
+#: configures its logging in :func:`app.main.create_app` (the parent's handler is not
+#: inherited by spawned workers).
+WORKER_LOG_ENV = "_CFMAPS_WORKER_LOG_LEVEL"
 _HEADER = REQUEST_ID_HEADER.lower().encode()
 _SANE = re.compile(rb"[\x21-\x7e]{1,128}")
 

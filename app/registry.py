@@ -28,6 +28,7 @@ The service assumes it is the only process writing its data dir (one uvicorn wor
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -59,8 +60,9 @@ log = logging.getLogger("cfmaps.app")
 STATUS_FILE = "status.json"
 SPEC_FILE = "spec.json"
 MAPS_DIR = "maps"
+BUILD_LOCK = ".build.lock"
 FORMAT_VERSION = 1
-REQUEUED = "the service stopped while the model was {status}; its build was queued again"
+REQUEUED = "no process builds the model ({status}): its build is queued here"
 
 
 def now() -> str:
@@ -124,6 +126,11 @@ class ModelEntry:
     raw_classes: list[Any] = field(default_factory=list)
     cancel: threading.Event = field(default_factory=threading.Event)
     io_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: This process builds the model (it holds the build lock): its state is authoritative
+    #: here, and the data-dir sync leaves it alone.
+    building_here: bool = False
+    #: ``st_mtime_ns`` of ``status.json`` when this process last read or wrote it.
+    seen_mtime: int = 0
     _codec: FeatureCodec | None = None
     _display: dict[Any, Any] = field(default_factory=dict)
 
@@ -201,6 +208,7 @@ class ModelEntry:
             "class_labels": self.class_labels,
             "stats": self.stats,
             "fingerprint": self.fingerprint,
+            "progress": round(self.progress, 4),
         }
 
 
@@ -300,13 +308,9 @@ class Registry:
             except Exception as exc:  # a hand-edited or truncated file must not stop start-up
                 log.warning("skipping %s: unreadable model directory (%s)", d, exc)
                 continue
+            entry.seen_mtime = _mtime(d / STATUS_FILE)
             if entry.status in ("queued", "building"):
-                log.warning("model %s: %s", entry.id, REQUEUED.format(status=entry.status))
-                entry.status = "queued"
-                entry.progress = 0.0
-                entry.updated_at = now()
-                self._persist(entry)
-                requeue.append(entry)
+                requeue.append(entry)  # claimed in load_pending unless a process builds it
             elif entry.status == "ready":
                 entry.status = "loading"
                 pending.append(entry)
@@ -327,14 +331,16 @@ class Registry:
                 self._load_entry(entry)
             for entry in self._requeue:
                 if not entry.cancel.is_set():
-                    self._queue_again(entry)
+                    self._claim_orphan(entry)
         finally:
             self._pending = []
             self._requeue = []
             self.loaded.set()
 
     def _queue_again(self, entry: ModelEntry) -> None:
-        """Read the stored model file of ``entry`` (status ``queued``) and submit its build."""
+        """Read the stored model file of ``entry`` and submit its build (the build thread
+        takes the build lock, persists ``building``, or leaves the model to the process
+        that holds the lock)."""
         d = self.root / entry.id
         try:
             model, _ = modelio.load_model_file(
@@ -348,14 +354,14 @@ class Registry:
         with self._lock:
             if self._entries.get(entry.id) is not entry:
                 return  # deleted meanwhile
+            entry.building_here = True  # claimed: the sync leaves it to the build thread
             entry.model = model
             entry.raw_classes = list(model.classes_)
             entry.maps = None
-            entry.status = "queued"
-            entry.progress = 0.0
+            if entry.status != "building":
+                entry.status = "queued"
             entry.error = None
-            entry.updated_at = now()
-            self._persist(entry)
+        log.warning("model %s: %s", entry.id, REQUEUED.format(status=entry.status))
         self._changed()
         if self.on_requeue is None:
             self._fail_loaded(entry, "no build manager to queue the build again")
@@ -381,6 +387,7 @@ class Registry:
             error=status.get("error"),
             stats=status.get("stats"),
             fingerprint=status.get("fingerprint"),
+            progress=float(status.get("progress") or 0.0),
         )
 
     def _load_entry(self, entry: ModelEntry) -> None:
@@ -563,6 +570,92 @@ class Registry:
         d = self.root / entry.id
         if d.is_dir():
             write_json_atomic(d / STATUS_FILE, entry.persisted())
+            entry.seen_mtime = _mtime(d / STATUS_FILE)
+
+    def persist_progress(self, entry: ModelEntry) -> None:
+        """Write a running build's progress to disk, for the other processes."""
+        with self._lock:
+            if not entry.cancel.is_set() and self._entries.get(entry.id) is entry:
+                self._persist(entry)
+
+    # -- several processes over one data dir -------------------------------------------
+    def build_lock(self, entry: ModelEntry) -> BuildLock | None:
+        """The lock that makes this process the one building ``entry``, or None when
+        another process holds it (or the model is gone)."""
+        return BuildLock.acquire(self.root / entry.id / BUILD_LOCK)
+
+    def sync(self) -> None:
+        """Make this process's view match the data dir, which other processes (API
+        replicas, a builder) write too: models added elsewhere appear (ready ones are
+        loaded), deleted ones disappear, status and progress changes show. Models this
+        process builds are left alone. Queued models no process builds (an upload through
+        an API-only replica, an interrupted build) are handed to ``on_requeue`` when this
+        process builds (role ``all`` or ``builder``)."""
+        try:
+            names = {d.name for d in self.root.iterdir() if d.is_dir() and not d.name.startswith(".")}
+        except OSError:
+            return
+        with self._lock:
+            known = dict(self._entries)
+        for model_id in set(known) - names:  # deleted through another process
+            gone = known[model_id]
+            with self._lock:
+                if self._entries.get(model_id) is gone:
+                    gone.cancel.set()
+                    del self._entries[model_id]
+            gone.model = None
+            gone.maps = None
+            self._changed()
+        for model_id in sorted(names):
+            entry = known.get(model_id)
+            if entry is not None and (entry.building_here or entry.status == "loading"):
+                continue
+            mtime = _mtime(self.root / model_id / STATUS_FILE)
+            if entry is not None and mtime == entry.seen_mtime:
+                if entry.status in ("queued", "building"):
+                    self._claim_orphan(entry)
+                continue
+            try:
+                fresh = self._read_entry(self.root / model_id)
+            except Exception:  # half-written by another process: next pass
+                continue
+            fresh.seen_mtime = mtime
+            if entry is None:
+                with self._lock:
+                    if model_id in self._entries:
+                        continue
+                    self._entries[model_id] = fresh
+                entry = fresh
+                if fresh.status == "ready":
+                    fresh.status = "loading"
+                    self._load_entry(fresh)
+                    continue
+            else:
+                was_ready = entry.status == "ready" and entry.maps is not None
+                with self._lock:
+                    entry.seen_mtime = mtime
+                    entry.status = fresh.status if not was_ready else entry.status
+                    entry.error, entry.stats = fresh.error, fresh.stats
+                    entry.progress, entry.updated_at = fresh.progress, fresh.updated_at
+                    entry.fingerprint = fresh.fingerprint
+                if fresh.status == "ready" and not was_ready:
+                    entry.status = "loading"
+                    self._load_entry(entry)
+                    continue
+                self._changed()
+            if entry.status in ("queued", "building"):
+                self._claim_orphan(entry)
+
+    def _claim_orphan(self, entry: ModelEntry) -> None:
+        """Queue the build of a queued/building model that no process builds (nobody holds
+        its build lock), when this process builds at all."""
+        if self.on_requeue is None or entry.building_here or entry.cancel.is_set():
+            return
+        probe = BuildLock.acquire(self.root / entry.id / BUILD_LOCK)
+        if probe is None:
+            return  # another process builds it
+        probe.release()
+        self._queue_again(entry)
 
     # -- delete -----------------------------------------------------------------------
     def delete(self, model_id: str) -> None:
@@ -592,6 +685,41 @@ class Registry:
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
+
+
+class BuildLock:
+    """An exclusive ``fcntl.flock`` on a model's build lock file: the process holding it
+    builds the model. The OS drops it when the process dies (a crash or an OOM kill), so
+    another process can take the build over."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @classmethod
+    def acquire(cls, path: Path) -> BuildLock | None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return None  # the model directory is gone
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
 
 
 def _describe(exc: BaseException) -> str:

@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     shutdown_grace_seconds : float
         On SIGTERM, how long ``cfmaps serve`` lets in-flight requests finish before it
         closes their connections.
+    role : {"all", "api", "builder"}
+        What this process does over the data dir, which any number of processes may
+        share: ``api`` answers the HTTP API and builds nothing (uploads wait, ``queued``,
+        for a builder); ``builder`` builds queued models and serves only the probes and
+        metrics; ``all`` does both.
+    sync_interval_seconds : float
+        How often the process reads the data dir for what other processes changed
+        (models added, built, deleted; build progress).
+    workers : int
+        Processes ``cfmaps serve`` starts over the data dir (``--workers``).
     """
 
     model_config = SettingsConfigDict(env_prefix="CFMAPS_", extra="ignore")
@@ -83,6 +93,9 @@ class Settings(BaseSettings):
     default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
     log_format: Literal["text", "json"] = "text"
     shutdown_grace_seconds: float = Field(default=30.0, gt=0)
+    role: Literal["all", "api", "builder"] = "all"
+    workers: int = Field(default=1, gt=0)
+    sync_interval_seconds: float = Field(default=0.5, gt=0)
 
     @field_validator("api_tokens", mode="before")
     @classmethod
