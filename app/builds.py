@@ -148,6 +148,7 @@ class BuildManager:
             entry.schema,
             max_rectangles=s.build_max_rectangles,
             max_seconds=s.build_max_seconds,
+            max_memory=s.effective_build_memory(),
             on_budget="mixed",
             progress=progress,
             n_jobs=s.effective_build_jobs(),

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from maps_core import NORM_NAMES, CounterfactualMaps, FeatureSchema, MapsError, load_csv
+from maps_core import NORM_NAMES, CounterfactualMaps, FeatureSchema, MapsError, available_memory, load_csv
 
 from .progress import ProgressBar
 
@@ -206,6 +206,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             model,
             schema,
             max_rectangles=args.max_rectangles,
+            max_memory=args.max_memory if args.max_memory else available_memory() // 2,
             max_seconds=args.max_seconds,
             progress=bar,
             n_jobs=args.jobs,
@@ -349,6 +350,15 @@ def _positive_float(s: str) -> float:
     return v
 
 
+def _byte_size(s: str) -> int:
+    from app.settings import parse_byte_size
+
+    try:
+        return parse_byte_size(s)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _positive_int(s: str) -> int:
     v = int(s)
     if v < 1:
@@ -381,6 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", required=True, metavar="DIR", help="directory to write the maps to")
     b.add_argument("--max-seconds", type=_positive_float, metavar="S", help="time budget")
     b.add_argument("--max-rectangles", type=_positive_int, metavar="N", help="size budget")
+    b.add_argument(
+        "--max-memory", type=_byte_size, metavar="SIZE",
+        help="bytes the build may grow by, e.g. 2G (default: half the machine's or the "
+        "container's memory); past it the build keeps mixed regions instead of being killed",
+    )
     b.add_argument("--jobs", type=_positive_int, metavar="J", help="worker threads (all cores)")
     b.add_argument(
         "--trust-pickle",

@@ -13,7 +13,29 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from maps_core import available_memory
+
 MiB = 1024 * 1024
+
+
+def parse_byte_size(text: str) -> int:
+    """Bytes of ``2G``, ``512M``, ``1.5GiB`` or ``100000`` (binary suffixes K, M, G, T).
+
+    Raises
+    ------
+    ValueError
+        For anything else.
+    """
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(t[-1:], 1)
+    number = t[:-1] if scale > 1 else t
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        raise ValueError(f"not a byte size: {text!r} (try 2G, 512M or a number of bytes)") from None
+    if value <= 0:
+        raise ValueError(f"a byte size must be positive, got {text!r}")
+    return value
 
 
 class Settings(BaseSettings):
@@ -47,12 +69,18 @@ class Settings(BaseSettings):
         Threads used inside one build. Default: all cores but one, so that queries keep a
         core while a build runs.
     build_max_seconds, build_max_rectangles : optional
-        Extraction budgets (default: 15 minutes, 5 million rectangles, which bounds a
-        build's memory to a few GB: a build peaks at roughly 0.5 kB per rectangle). When
-        one runs out, the unresolved regions are kept as *mixed* boxes that queries search
-        inside, so answers stay exact (the build never fails for budget reasons); a build thread cannot
-        be killed, so the time budget is what keeps a huge model from holding a build worker
-        for hours.
+        Extraction budgets (default: 15 minutes, 250,000 rectangles). When one runs out,
+        the unresolved regions are kept as *mixed* boxes that queries search inside, so
+        answers stay exact (the build never fails for budget reasons). 250k rectangles: on
+        the loan data big maps buy no faster queries (5M rectangles: 55-107 s and 9-13 GB
+        per build for the same latency, see benchmarks/results/loan_budget.md), and the
+        time budget keeps a huge model from holding a build worker for hours.
+    build_max_memory : int or str
+        Bytes one build may grow by (``CFMAPS_BUILD_MAX_MEMORY``, e.g. ``2147483648`` or
+        ``2G``, ``512M``). Default: half of the machine's memory, or of the container's
+        cgroup limit when smaller, shared by the ``build_workers`` builds. The engine
+        stops certifying rectangles before its measured peak per rectangle would pass it
+        (:mod:`maps_core._memory`), so a build is never killed by the OS for memory.
     default_norm : {"l1", "l2", "linf", "l0"}
         Norm used when a query names none. L1 is the default because it favours sparse
         changes (few features moved), which is what people asking "what should I change?"
@@ -89,7 +117,8 @@ class Settings(BaseSettings):
     build_workers: int = Field(default=1, gt=0)
     build_jobs: int | None = Field(default=None, gt=0)
     build_max_seconds: float | None = Field(default=900.0, gt=0)
-    build_max_rectangles: int | None = Field(default=5_000_000, gt=0)
+    build_max_rectangles: int | None = Field(default=250_000, gt=0)
+    build_max_memory: int | None = Field(default=None, gt=0)
     default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
     log_format: Literal["text", "json"] = "text"
     shutdown_grace_seconds: float = Field(default=30.0, gt=0)
@@ -105,6 +134,11 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             return [t.strip() for t in v.split(",") if t.strip()]
         return v
+
+    @field_validator("build_max_memory", mode="before")
+    @classmethod
+    def _byte_size(cls, v: object) -> object:
+        return parse_byte_size(v) if isinstance(v, str) else v
 
     @field_validator("admin_token", mode="before")
     @classmethod
@@ -123,6 +157,13 @@ class Settings(BaseSettings):
     @property
     def models_dir(self) -> Path:
         return self.data_dir / "models"
+
+    def effective_build_memory(self) -> int:
+        """Bytes per build: the setting, else half the machine's (or container's) memory
+        shared by the concurrent builds."""
+        if self.build_max_memory:
+            return self.build_max_memory
+        return available_memory() // 2 // self.build_workers
 
     def effective_build_jobs(self) -> int:
         """Threads per build: the setting, else all cores but one (at least one)."""

@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 PAPER_T0 = {"BC": 8.8, "CP": 0.3, "FI": 1.6, "PD": 234.4}
-MAX_RECTANGLES = 5_000_000  # the service's default build budget (app.settings)
+MAX_RECTANGLES = 5_000_000  # the service's default build budget when engine.md was measured
 
 
 def queries(Xte: np.ndarray, schema, n: int, rng) -> np.ndarray:

@@ -14,6 +14,7 @@ Examples
 >>> res.best.x, res.best.distance, res.best.region         # doctest: +SKIP
 """
 
+from ._memory import available_memory
 from ._norms import NORM_NAMES
 from .adapters import flatten_model
 from .data import Dataset, load_csv, read_table
@@ -54,6 +55,7 @@ __all__ = [
     "Region",
     "SchemaError",
     "UnsupportedModelError",
+    "available_memory",
     "build_maps",
     "flatten_model",
     "load_csv",

@@ -89,6 +89,7 @@ class CounterfactualMaps:
         *,
         max_rectangles: int | None = None,
         max_seconds: float | None = None,
+        max_memory: int | None = None,
         on_budget: str = "mixed",
         progress: ProgressCallback | None = None,
         n_jobs: int | None = None,
@@ -105,6 +106,11 @@ class CounterfactualMaps:
             unbounded, named after the model's ``feature_names_in_`` or ``x0..``.
         max_rectangles, max_seconds : optional
             Budgets for the extraction.
+        max_memory : int, optional
+            Bytes the build may grow by; it stops certifying rectangles before its
+            measured cost per rectangle on this many features would pass the budget (see
+            :mod:`maps_core._memory`), so a build is never killed for memory: it keeps
+            mixed regions or raises, as ``on_budget`` says.
         on_budget : {"mixed", "error"}
             What to do when a budget runs out: keep the unresolved regions as *mixed* boxes
             that queries refine on demand (answers stay exact), or raise
@@ -130,6 +136,7 @@ class CounterfactualMaps:
             grid,
             max_rectangles=max_rectangles,
             max_seconds=max_seconds,
+            max_memory=max_memory,
             on_budget=on_budget,
             progress=progress,
             n_jobs=jobs,

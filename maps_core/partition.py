@@ -49,6 +49,7 @@ from ._bounds import (
     sweep_workspace,
 )
 from ._heap import grow
+from ._memory import rectangles_within
 from .ensemble import FlatEnsemble
 from .exceptions import BudgetExceededError
 from .grid import Grid
@@ -582,6 +583,7 @@ def extract(
     *,
     max_rectangles: int | None = None,
     max_seconds: float | None = None,
+    max_memory: int | None = None,
     on_budget: str = "mixed",
     progress: Callable[[float], None] | None = None,
     n_jobs: int = 1,
@@ -597,10 +599,12 @@ def extract(
     ens : FlatEnsemble
     grid : Grid
         Canonical thresholds of ``ens`` on the schema's domain.
-    max_rectangles, max_seconds : optional
-        Budgets. When one runs out, ``on_budget="mixed"`` keeps the regions not yet
-        resolved as mixed boxes (label ``MIXED``), ``"error"`` raises
-        :class:`BudgetExceededError`.
+    max_rectangles, max_seconds, max_memory : optional
+        Budgets: rectangles certified, seconds, and bytes the build may grow by (turned
+        into a rectangle budget for this number of features by
+        :func:`maps_core._memory.rectangles_within`, from measured peaks). When one runs
+        out, ``on_budget="mixed"`` keeps the regions not yet resolved as mixed boxes
+        (label ``MIXED``), ``"error"`` raises :class:`BudgetExceededError`.
     progress : callable, optional
         Receives the fraction of grid cells certified so far, in [0, 1].
     n_jobs : int
@@ -639,6 +643,12 @@ def extract(
     budget = 256
     seed = 0
     deadline = np.inf if max_seconds is None else t0 + max_seconds
+    rect_budget, rect_what = max_rectangles, "rectangle"
+    if max_memory is not None:
+        cap = rectangles_within(max_memory, m)
+        if rect_budget is None or cap < rect_budget:
+            rect_budget = cap
+            rect_what = f"memory ({max_memory:,} bytes: {cap:,} rectangles on {m} features)"
     # Rectangles certified so far, updated by the workers themselves so that items of a
     # long wave that start after a budget ran out are skipped (left as they are).
     produced = [0]
@@ -648,8 +658,8 @@ def extract(
         if time.perf_counter() > deadline:
             over.append("time")
             return None
-        if max_rectangles is not None and produced[0] > max_rectangles:
-            over.append("rectangle")
+        if rect_budget is not None and produced[0] > rect_budget:
+            over.append(rect_what)
             return None
         res = kern.refine(lo, hi, n_regions, prove_budget, n_samples, seed)
         produced[0] += int(res[3])  # a lost update only delays the stop by one item

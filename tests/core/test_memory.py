@@ -1,0 +1,89 @@
+"""Memory budgets: bytes a build may grow by, and the memory a process may count on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.ensemble import RandomForestClassifier
+
+from maps_core import BudgetExceededError, CounterfactualMaps, available_memory
+from maps_core._memory import (
+    BYTES_PER_RECTANGLE,
+    BYTES_PER_RECTANGLE_FEATURE,
+    MIN_RECTANGLES,
+    _cgroup_limit,
+    rectangles_within,
+)
+from tests.conftest import synthetic
+
+
+def test_rectangles_within_scales_with_features() -> None:
+    per28 = BYTES_PER_RECTANGLE_FEATURE * 28 + BYTES_PER_RECTANGLE
+    assert rectangles_within(1 << 30, 28) == (1 << 30) // per28
+    assert rectangles_within(1 << 30, 41) < rectangles_within(1 << 30, 28)
+    assert rectangles_within(1, 28) == MIN_RECTANGLES  # a build always starts
+
+
+@pytest.mark.parametrize(
+    ("files", "want"),
+    [
+        ({"memory.max": "max\n"}, None),
+        ({"memory.max": "2147483648\n"}, 2147483648),
+        ({"memory/memory.limit_in_bytes": "1073741824\n"}, 1073741824),
+        ({"memory/memory.limit_in_bytes": str(2**63 - 4096)}, None),  # cgroup v1: unlimited
+        ({"memory.max": "garbage"}, None),
+        ({}, None),
+    ],
+)
+def test_cgroup_limits(tmp_path: Path, files: dict[str, str], want: int | None) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _cgroup_limit(tmp_path) == want
+
+
+def test_available_memory_takes_the_smaller_of_machine_and_cgroup(tmp_path: Path) -> None:
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert available_memory(tmp_path) == physical  # no cgroup files: the machine
+    (tmp_path / "memory.max").write_text(str(512 << 20))
+    assert available_memory(tmp_path) == 512 << 20
+    (tmp_path / "memory.max").write_text(str(physical * 2))
+    assert available_memory(tmp_path) == physical
+
+
+@pytest.fixture(scope="module")
+def forest():
+    """A forest whose complete partition holds ~170k rectangles (0.6 s to build)."""
+    X, y = synthetic(2, 5, 4)
+    model = RandomForestClassifier(n_estimators=30, max_depth=5, random_state=0).fit(X, y)
+    return model, X, CounterfactualMaps.build(model)
+
+
+def test_a_small_memory_budget_keeps_mixed_regions_and_exact_answers(forest) -> None:
+    model, X, full = forest
+    assert full.stats.mixed_regions == 0
+    # one byte: the smallest rectangle budget; below the complete partition's size
+    assert sum(full.stats.rectangles_per_class) > MIN_RECTANGLES
+    part = CounterfactualMaps.build(model, max_memory=1)
+    assert part.stats.mixed_regions > 0
+    assert sum(part.stats.rectangles_per_class) <= MIN_RECTANGLES + 2_000  # one work item past
+    rng = np.random.default_rng(1)
+    P = np.vstack([X, rng.normal(scale=2, size=(5000, X.shape[1]))])
+    assert np.array_equal(part.predict(P), model.predict(P))
+    for norm in ("l1", "l2", "linf"):
+        for a, b in zip(part.counterfactuals(X[:20], norm=norm), full.counterfactuals(X[:20], norm=norm),
+                        strict=True):
+            assert a.best.distance == pytest.approx(b.best.distance, abs=1e-12)
+            assert model.predict(a.best.x[None])[0] == a.target
+
+
+def test_a_memory_budget_can_refuse_instead(forest) -> None:
+    model, _, _ = forest
+    with pytest.raises(BudgetExceededError, match=r"memory \(1 bytes: 1,000 rectangles on 5 features\)"):
+        CounterfactualMaps.build(model, max_memory=1, on_budget="error")
+    # a generous budget changes nothing
+    big = CounterfactualMaps.build(model, max_memory=1 << 40, on_budget="error")
+    assert big.stats.mixed_regions == 0
