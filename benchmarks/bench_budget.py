@@ -8,7 +8,7 @@ and 300 uniform legal samples (``bench_engine.queries``), reporting T0, rectangl
 regions, bytes on disk, peak RSS, p50 latency per query set and the median number of boxes
 popped inside mixed regions; distances are checked equal across budgets.
 
-    python benchmarks/bench_budget.py [--budgets 2000,100000,1000000,5000000] [--out FILE]
+    python -m benchmarks.bench_budget [--budgets 2000,100000,1000000,5000000] [--out FILE]
 """
 
 from __future__ import annotations
@@ -26,15 +26,13 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 
 
 def run_one(budget: int) -> dict:
-    from bench_engine import queries
-    from common import load
     from sklearn.ensemble import RandomForestClassifier
 
+    from benchmarks.bench_engine import queries
+    from benchmarks.common import load
     from maps_core import CounterfactualMaps
 
     Xtr, Xte, ytr, yte, schema = load("PD")
@@ -77,8 +75,8 @@ def main() -> None:
         return
     rows = []
     for b in (int(v) for v in args.budgets.split(",")):
-        res = subprocess.run([sys.executable, __file__, "--one", str(b)], capture_output=True,
-                             text=True, check=True)
+        res = subprocess.run([sys.executable, "-m", "benchmarks.bench_budget", "--one", str(b)],
+                             capture_output=True, text=True, check=True, cwd=HERE.parent)
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
         print(f"budget {b}: T0 {rows[-1]['T0']:.1f} s, l2 p50 test {rows[-1]['test_p50']:.2f} ms, "
               f"uniform {rows[-1]['unif_p50']:.2f} ms", flush=True)
@@ -87,7 +85,7 @@ def main() -> None:
     lines = [
         "# PD: build budget against query latency",
         "",
-        "Command: `python benchmarks/bench_budget.py` (see its docstring). "
+        "Command: `python -m benchmarks.bench_budget` (see its docstring). "
         f"Machine: {platform.machine()}, Python {platform.python_version()}; one run, all budgets "
         "side by side. RandomForestClassifier(100, max_depth=5, random_state=0) on Pima, l2 "
         "queries: the 154 test rows and 300 uniform legal samples. `mixed pops` = median boxes "

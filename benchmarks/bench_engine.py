@@ -20,7 +20,7 @@ queries that come back infeasible:
 
 Each dataset runs in its own subprocess so that peak memory is per dataset.
 
-    python benchmarks/bench_engine.py [--datasets BC,CP,FI,PD] [--max-seconds 240]
+    python -m benchmarks.bench_engine [--datasets BC,CP,FI,PD] [--max-seconds 240]
                                       [--max-rectangles 5000000] [--out FILE]
 
 The tables are printed and written to ``benchmarks/results/engine.md`` (``--out``), with the
@@ -45,8 +45,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
 
 PAPER_T0 = {"BC": 8.8, "CP": 0.3, "FI": 1.6, "PD": 234.4}
 MAX_RECTANGLES = 5_000_000  # the service's default build budget when engine.md was measured
@@ -64,9 +62,9 @@ def queries(Xte: np.ndarray, schema, n: int, rng) -> np.ndarray:
 
 
 def run_one(name: str, max_seconds: float, max_rectangles: int, n_queries: int) -> dict:
-    from common import load
     from sklearn.ensemble import RandomForestClassifier
 
+    from benchmarks.common import load
     from maps_core import CounterfactualMaps
 
     Xtr, Xte, ytr, yte, schema = load(name)
@@ -164,14 +162,14 @@ def main() -> None:
     if a.one:
         print(json.dumps(run_one(a.one, a.max_seconds, a.max_rectangles, a.queries)))
         return
-    from suite.env import describe, load_average
+    from benchmarks.suite.env import describe, load_average
 
     env = describe()
     rows = []
     for name in a.datasets.split(","):
-        out = subprocess.run([sys.executable, __file__, "--one", name, "--max-seconds",
+        out = subprocess.run([sys.executable, "-m", "benchmarks.bench_engine", "--one", name, "--max-seconds",
                               str(a.max_seconds), "--max-rectangles", str(a.max_rectangles),
-                              "--queries", str(a.queries)],
+                              "--queries", str(a.queries)], cwd=HERE.parent,
                              capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = rows[-1]
@@ -179,7 +177,7 @@ def main() -> None:
     lines = [
         "# Engine benchmark",
         "",
-        "Command: `python benchmarks/bench_engine.py` (see its docstring); one run, every "
+        "Command: `python -m benchmarks.bench_engine` (see its docstring); one run, every "
         "dataset in its own subprocess. RandomForestClassifier(100, max_depth=5, "
         f"random_state=0), 80/20 split, declared schema; budgets {a.max_seconds:g} s and "
         f"{a.max_rectangles:,} rectangles; {a.queries} queries per norm (the test rows, topped "

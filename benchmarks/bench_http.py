@@ -21,7 +21,7 @@ against the in-process answer.
 Targets (issue 3, 100-tree depth-5 forest): single-counterfactual HTTP p50 < 5 ms, and the
 HTTP layer adding < 2 ms to the in-process time.
 
-    python benchmarks/bench_http.py [--dataset CP] [--quick] [--norms l1,l2] [--threads 2,4]
+    python -m benchmarks.bench_http [--dataset CP] [--quick] [--norms l1,l2] [--threads 2,4]
 
 Prints a markdown table and writes it to ``benchmarks/results/http.md`` (``--out``).
 """
@@ -49,8 +49,6 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT))
 
 ADMIN_TOKEN = "bench-admin-token"
 TARGET_P50_MS = 5.0
@@ -66,8 +64,9 @@ BATCH_CHUNK = 5
 def make_model(dataset: str, workdir: Path) -> tuple[Path, Path, np.ndarray, Any]:
     """Train the forest, write ``model.skops`` and ``spec.json``; return the test rows too."""
     import skops.io as sio
-    from common import load
     from sklearn.ensemble import RandomForestClassifier
+
+    from benchmarks.common import load
 
     Xtr, Xte, ytr, _yte, schema = load(dataset)
     model = RandomForestClassifier(n_estimators=100, max_depth=5, random_state=0).fit(Xtr, ytr)
@@ -502,7 +501,7 @@ def main() -> int:
     lines = [
         f"# HTTP benchmark ({a.dataset}, RandomForestClassifier(100, max_depth=5))",
         "",
-        f"`python benchmarks/bench_http.py{' --quick' if a.quick else ''}"
+        f"`python -m benchmarks.bench_http{' --quick' if a.quick else ''}"
         f"{'' if a.dataset == 'CP' else ' --dataset ' + a.dataset}` on {stamp}.",
         f"Machine: {machine()}. Load average (1 min) {load_before[0]:.2f} before, "
         f"{load_after[0]:.2f} after (the benchmark itself adds up to 2; more means other "

@@ -22,8 +22,8 @@ predicts the target at the counterfactual), proved_optimal, peer_status, peer_ob
 lower_bound, dist_l1 / dist_l2 / dist_linf (plain, unweighted, original units),
 dist_l1_range (L1 with per-feature weights 1/(upper-lower)), error.
 
-CLI:  python benchmarks/peers/peers.py --demo         (COMPAS, 10 trees depth 3, 5 queries)
-      python benchmarks/peers/peers.py --calibrate    (BC, 100 trees depth 5, 5 queries)
+CLI:  python -m benchmarks.peers.peers --demo         (COMPAS, 10 trees depth 3, 5 queries)
+      python -m benchmarks.peers.peers --calibrate    (BC, 100 trees depth 5, 5 queries)
 """
 
 from __future__ import annotations

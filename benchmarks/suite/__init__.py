@@ -1,1 +1,1 @@
-"""cfmaps benchmark suite (issue 5): entry point ``python benchmarks/run.py``."""
+"""cfmaps benchmark suite (issue 5): entry point ``python -m benchmarks.run``."""

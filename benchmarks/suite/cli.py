@@ -1,6 +1,6 @@
 """Command line of the benchmark suite: run the parts in order, then write the report.
 
-    python benchmarks/run.py [--quick | --full] [--parts paper,sensitivity,peers] [--out DIR]
+    python -m benchmarks.run [--quick | --full] [--parts paper,sensitivity,peers] [--out DIR]
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from suite import env as envmod
-from suite import report
-from suite.config import MODES, NORMS
-from suite.metrics import condense, status
-from suite.peers_cmp import run_peers
-from suite.runner import run_worker
+from benchmarks.suite import env as envmod
+from benchmarks.suite import report
+from benchmarks.suite.config import MODES, NORMS
+from benchmarks.suite.metrics import condense, status
+from benchmarks.suite.peers_cmp import run_peers
+from benchmarks.suite.runner import run_worker
 
 BENCH = Path(__file__).resolve().parents[1]
 T_START = time.perf_counter()
@@ -109,7 +109,7 @@ def report_only(out: Path) -> int:
 
     import numpy as np
 
-    from suite.peers_cmp import summarize
+    from benchmarks.suite.peers_cmp import summarize
 
     results = json.loads((out / "suite.json").read_text())
     for cmp in (results.get("peers") or {}).values():
@@ -124,7 +124,7 @@ def ensure_peer_envs(names: tuple[str, ...] | list[str]) -> None:
     Python 3.12), with ``benchmarks/peers/setup_envs.sh``; never project dependencies."""
     import subprocess
 
-    from peers.peers import available
+    from benchmarks.peers.peers import available
 
     missing = [n for n in names if not available(n)]
     if not missing:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from suite.config import SPLIT_SEED
+from benchmarks.suite.config import SPLIT_SEED
 
 
 def _ulp32(v: float) -> float:
@@ -28,10 +28,9 @@ def tolerance(d: float, q: np.ndarray) -> float:
 
 def run_peers(dataset: str, worker: dict, plan, log) -> dict:
     """Run every available peer on the dataset's peer queries; compare with ours."""
-    from common import load
-    from peers.peers import available, run_peer_full
-
-    from suite.queries import fit_forest, forest_hash
+    from benchmarks.common import load
+    from benchmarks.peers.peers import available, run_peer_full
+    from benchmarks.suite.queries import fit_forest, forest_hash
 
     out: dict = {"dataset": dataset, "peers": {}, "notes": []}
     ours = worker.get("peer_queries")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from suite import plots
-from suite.config import NORMS, PAPER, PAPER_LATENCY_NOTE
-from suite.metrics import mean_sd, status
+from benchmarks.suite import plots
+from benchmarks.suite.config import NORMS, PAPER, PAPER_LATENCY_NOTE
+from benchmarks.suite.metrics import mean_sd, status
 
 PEER_LABEL = {"ocean": "OCEAN", "treecf": "treecf", "dice": "DiCE"}
 

@@ -9,9 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from peers.peers import kill_group
+from benchmarks.peers.peers import kill_group
 
-WORKER = Path(__file__).resolve().parent / "worker.py"
+ROOT = Path(__file__).resolve().parent.parent.parent  # the repository: where -m finds benchmarks
 
 
 def hard_timeout(spec: dict) -> float:
@@ -32,8 +32,8 @@ def run_worker(spec: dict, log=None) -> dict:
         t0 = time.perf_counter()
         timed_out = False
         with open(err, "wb") as fe:
-            proc = subprocess.Popen([sys.executable, str(WORKER), str(sp), str(out)],
-                                    stdout=fe, stderr=fe, start_new_session=True)
+            proc = subprocess.Popen([sys.executable, "-m", "benchmarks.suite.worker", str(sp), str(out)],
+                                    cwd=ROOT, stdout=fe, stderr=fe, start_new_session=True)
             try:
                 rc = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:

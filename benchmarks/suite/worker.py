@@ -1,6 +1,6 @@
 """One build and its queries, in a subprocess of its own (the parent enforces a hard timeout).
 
-    python benchmarks/suite/worker.py SPEC.json OUT.json
+    python -m benchmarks.suite.worker SPEC.json OUT.json
 
 SPEC keys: dataset, trees, depth, seed, max_seconds, n_queries, query_budget (seconds per
 norm), norms, n_peer (unit-weight L1 answers on the first n_peer queries, for the peer
@@ -24,8 +24,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent.parent))
 
 
 T_START = time.perf_counter()
@@ -45,9 +43,10 @@ def _dump(out: Path, res: dict) -> None:
 
 def _warm_up(Xtr: np.ndarray, ytr: np.ndarray, schema) -> float:
     """Compile/load every kernel a timed call may use: build, search, refinement, scan."""
+    from benchmarks.suite.queries import fit_forest
     from maps_core import CounterfactualMaps
-    from maps_core.query import linear_scan, make_options
-    from suite.queries import fit_forest
+    from maps_core.options import make_options
+    from maps_core.query import linear_scan
 
     t = time.perf_counter()
     small = fit_forest(Xtr, ytr, 3, 3, 0)
@@ -56,7 +55,7 @@ def _warm_up(Xtr: np.ndarray, ytr: np.ndarray, schema) -> float:
         for norm in ("l1", "l2", "linf"):
             m.counterfactuals(Xtr[:3], norm=norm)
             m.counterfactuals(Xtr[:3], norm=norm, weights=np.ones(Xtr.shape[1]))
-            linear_scan(m, Xtr[0], 0, make_options(m, norm=norm))
+            linear_scan(m.engine, Xtr[0], 0, make_options(m.engine, norm=norm))
     return time.perf_counter() - t
 
 
@@ -96,12 +95,12 @@ def _valid(model, xs: list, targets: list) -> tuple[int, int]:
 
 
 def run(spec: dict, out: Path) -> None:
-    from common import load
-
+    from benchmarks.common import load
+    from benchmarks.suite.config import SPLIT_SEED
+    from benchmarks.suite.queries import fit_forest, forest_hash, query_set
     from maps_core import CounterfactualMaps
-    from maps_core.query import linear_scan, make_options
-    from suite.config import SPLIT_SEED
-    from suite.queries import fit_forest, forest_hash, query_set
+    from maps_core.options import make_options
+    from maps_core.query import linear_scan
 
     res: dict = {"spec": spec, "stage": "start", "pid": os.getpid()}
     name = spec["dataset"]
@@ -176,7 +175,7 @@ def run(spec: dict, out: Path) -> None:
         pred_idx = maps.predict_index(Qs)
         scan: dict = {"n": len(Qs), "rectangles": st.rectangles, "mixed": st.mixed_regions}
         for norm in spec["norms"]:
-            opts = make_options(maps, norm=norm)
+            opts = make_options(maps.engine, norm=norm)
             kd_t, sc_t, agree, worse = [], [], 0, 0
             t_norm = time.perf_counter()
             for q, p in zip(Qs, pred_idx, strict=True):
@@ -190,7 +189,7 @@ def run(spec: dict, out: Path) -> None:
                 if t_idx is None:
                     continue
                 s = time.perf_counter()
-                d, _ = linear_scan(maps, q, t_idx, opts)
+                d, _ = linear_scan(maps.engine, q, t_idx, opts)
                 sc_t.append(time.perf_counter() - s)
                 kd = r.best.distance if r.best is not None else np.inf
                 # Without mixed regions both must agree; with them the scan sees certified
