@@ -10,6 +10,9 @@ Formats are recognised by their first bytes, never by the file name:
   by ``joblib.dump(..., compress=...)``): loading runs arbitrary code, so these are loaded
   only when the operator sets ``CFMAPS_TRUST_PICKLE=true``; otherwise the refusal explains
   how to export with skops.
+* **LightGBM text model** (``tree\nversion=...``, what ``save_model`` /
+  ``model_to_string`` writes): parsed by :func:`maps_core.adapters.lightgbm_text.parse_lightgbm`,
+  never handed to LightGBM.
 * anything else is refused.
 
 Each format is a :class:`Reader` in :data:`READERS`. After loading, the model's adapter
@@ -34,6 +37,7 @@ import joblib
 import skops.io as sio
 
 from maps_core.adapters import check_model
+from maps_core.adapters.lightgbm_text import parse_lightgbm
 from maps_core.exceptions import UnsupportedModelError
 
 from .errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError
@@ -91,6 +95,21 @@ def _read_pickle(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None)
         ) from exc
 
 
+def _is_lightgbm(head: bytes) -> bool:
+    return head.startswith((b"tree\nversion=", b"tree\r\nversion="))
+
+
+def _read_lightgbm(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None) -> Any:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"the LightGBM model file is not UTF-8 text: {exc}", "model") from exc
+    try:
+        return parse_lightgbm(text)
+    except UnsupportedModelError as exc:
+        raise InvalidInputError(str(exc), "model") from exc
+
+
 @dataclass(frozen=True)
 class Reader:
     """How one model file format is recognised (by content) and read.
@@ -111,6 +130,7 @@ class Reader:
 READERS: tuple[Reader, ...] = (
     Reader("skops", "model.skops", _is_skops, _read_skops),
     Reader("pickle", "model.pkl", _is_pickle, _read_pickle),
+    Reader("lightgbm", "model.lgb.txt", _is_lightgbm, _read_lightgbm),
 )
 #: File name under ``models/<id>/`` per format.
 FILE_NAMES: dict[str, str] = {r.format: r.file_name for r in READERS}
@@ -133,7 +153,8 @@ def sniff(path: Path) -> ModelFormat:
     fmt = detect_format(head)
     if fmt is None:
         raise InvalidInputError(
-            "the model file is neither a skops file nor a pickle/joblib file; " + SKOPS_HOWTO,
+            "the model file is neither a skops file, a LightGBM text model nor a "
+            "pickle/joblib file; " + SKOPS_HOWTO,
             "model",
         )
     return fmt

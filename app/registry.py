@@ -743,12 +743,27 @@ def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSc
             f"spec.features lists {len(spec.features)} features but the model expects {n_features}",
             "spec.features",
         )
+    if model_names is not None and not _placeholder_names(model_names):
+        given = [f.name for f in spec.features]
+        if given != [str(n) for n in model_names]:
+            bad = next(i for i, (a, b) in enumerate(zip(given, model_names, strict=True)) if a != str(b))
+            raise InvalidInputError(
+                f"spec.features.{bad}.name is {given[bad]!r} but the model file names that "
+                f"column {str(model_names[bad])!r}; the spec must list the model's features "
+                "in its order",
+                f"spec.features.{bad}.name",
+            )
     try:
         schema = FeatureSchema.from_dicts([f.model_dump() for f in spec.features])
         schema.domains()  # surfaces e.g. "no integer lies in its bounds" now, not mid-build
     except SchemaError as exc:
         raise InvalidInputError(str(exc), "spec.features") from exc
     return schema
+
+
+def _placeholder_names(names: Any) -> bool:
+    """Names a library makes up when it was fitted without any (LightGBM's Column_0...)."""
+    return all(str(n) == f"Column_{i}" for i, n in enumerate(names))
 
 
 def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:

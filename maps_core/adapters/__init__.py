@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
+from .lightgbm_text import LIGHTGBM
 from .sklearn import SKLEARN
 
 
@@ -44,7 +45,7 @@ class Adapter(Protocol):
 
 
 #: The registered adapters, asked in order.
-ADAPTERS: list[Adapter] = [SKLEARN]
+ADAPTERS: list[Adapter] = [SKLEARN, LIGHTGBM]
 
 
 def adapter_for(model: Any) -> Adapter:

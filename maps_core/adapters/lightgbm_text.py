@@ -1,0 +1,332 @@
+"""LightGBM classifiers, read from the text model file ``save_model`` / ``model_to_string``
+writes: parsed here, never loaded through LightGBM (whose code would then run on an
+uploaded file).
+
+What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsemble`:
+
+* ``num_class`` and ``num_tree_per_iteration``: tree ``i`` adds to class
+  ``i % num_tree_per_iteration`` (binary: one tree per iteration, the raw score of class 1);
+* every tree's ``leaf_value`` already holds the shrinkage, and the first trees hold the
+  initial score (``boost_from_average``), so there is no separate base score;
+* ``average_output`` (random-forest mode): the raw score is the trees' mean;
+* a split sends ``x`` left iff ``x <= threshold`` in float64 (split rule ``float64<=``).
+  ``decision_type`` bit 0 marks a categorical split, bit 1 the default direction of a
+  missing value, bits 2-3 the missing type (0 none: NaN is read as 0.0; 1 zero: 0.0 is
+  missing and goes the default way; 2 NaN: NaN goes the default way). cfmaps refuses NaN
+  in queries, so the default direction never matters, except for the *zero* type, where
+  0.0 itself is routed by it: such models (``zero_as_missing=True``) are refused, as are
+  categorical splits and linear trees.
+
+The decision is ``LGBMClassifier.predict``'s: the argmax of the class probabilities, which
+for a binary model is class 1 iff ``sigmoid(raw) > 0.5`` (class 0 at exactly 0.5), and for
+``multiclass`` (softmax) or ``multiclassova`` (a sigmoid per class) the argmax of the raw
+scores, first index on a tie. :class:`LightGBMModel` emulates it in float64 (LightGBM's
+own arithmetic), and the engine asks it wherever the flat ensemble's margin is too small
+to decide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..ensemble import FlatEnsemble
+from ..exceptions import UnsupportedModelError
+from ..splits import FLOAT64_LE
+
+__all__ = ["LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "parse_lightgbm"]
+
+_OBJECTIVES = ("binary", "multiclass", "multiclassova")
+
+
+@dataclass
+class _Tree:
+    split_feature: np.ndarray  # (n_internal,) int
+    threshold: np.ndarray  # (n_internal,) float64
+    decision_type: np.ndarray  # (n_internal,) int
+    left: np.ndarray  # (n_internal,) int; < 0: leaf ~child
+    right: np.ndarray
+    leaf_value: np.ndarray  # (n_leaves,) float64
+
+
+@dataclass
+class LightGBMModel:
+    """A LightGBM classifier as its text model file describes it.
+
+    Attributes
+    ----------
+    n_classes : int
+    n_features_in_ : int
+    feature_names : list of str
+    objective : str
+        ``binary``, ``multiclass`` or ``multiclassova``.
+    sigmoid : float
+        The objective's sigmoid parameter (binary, multiclassova).
+    average_output : bool
+        Random-forest mode: the raw score is the mean of the trees.
+    trees : list
+        In file order; tree ``i`` adds to class ``i % n_tree_per_iteration``.
+    """
+
+    n_classes: int
+    n_features_in_: int
+    feature_names: list[str]
+    objective: str
+    sigmoid: float
+    average_output: bool
+    n_tree_per_iteration: int
+    trees: list[_Tree] = field(repr=False)
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """Class labels: the file stores label indices 0..K-1 (name them in the spec)."""
+        return np.arange(self.n_classes)
+
+    def raw_scores(self, X: np.ndarray) -> np.ndarray:
+        """Raw scores as LightGBM computes them (float64, trees in order), shape (n, K')
+        with K' = ``n_tree_per_iteration``."""
+        X = np.asarray(X, dtype=np.float64)
+        k = self.n_tree_per_iteration
+        out = np.zeros((X.shape[0], k))
+        for i, t in enumerate(self.trees):
+            out[:, i % k] += _tree_values(t, X)
+        if self.average_output:
+            out /= len(self.trees) // k
+        return out
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Class probabilities as ``LGBMClassifier.predict_proba``, shape (n, n_classes)."""
+        raw = self.raw_scores(X)
+        if self.objective == "binary":
+            p = 1.0 / (1.0 + np.exp(-self.sigmoid * raw[:, 0]))
+            return np.column_stack([1.0 - p, p])
+        if self.objective == "multiclassova":
+            return 1.0 / (1.0 + np.exp(-self.sigmoid * raw))
+        e = np.exp(raw - raw.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Class labels as ``LGBMClassifier.predict`` (argmax, first index on a tie)."""
+        return np.argmax(self.predict_proba(X), axis=1)
+
+
+def _tree_values(t: _Tree, X: np.ndarray) -> np.ndarray:
+    n = X.shape[0]
+    if t.split_feature.size == 0:
+        return np.full(n, t.leaf_value[0])
+    node = np.zeros(n, dtype=np.int64)
+    out = np.empty(n)
+    active = np.arange(n)
+    while active.size:
+        nd = node[active]
+        go_left = X[active, t.split_feature[nd]] <= t.threshold[nd]
+        child = np.where(go_left, t.left[nd], t.right[nd])
+        leaf = child < 0
+        out[active[leaf]] = t.leaf_value[~child[leaf]]
+        node[active[~leaf]] = child[~leaf]
+        active = active[~leaf]
+    return out
+
+
+def _fields(block: str) -> dict[str, str]:
+    out = {}
+    for line in block.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+        elif line.strip():
+            out[line.strip()] = ""
+    return out
+
+
+def _array(fields: dict[str, str], key: str, dtype: Any, n: int, where: str) -> np.ndarray:
+    text = fields.get(key)
+    if text is None:
+        raise UnsupportedModelError(f"LightGBM model file: {where} has no '{key}'")
+    try:
+        a = np.array(text.split(), dtype=dtype) if text else np.zeros(0, dtype=dtype)
+    except ValueError:
+        raise UnsupportedModelError(f"LightGBM model file: {where}: '{key}' is not numeric") from None
+    if a.shape[0] != n:
+        raise UnsupportedModelError(
+            f"LightGBM model file: {where}: '{key}' has {a.shape[0]} values, expected {n}")
+    return a
+
+
+def parse_lightgbm(text: str) -> LightGBMModel:
+    """Parse a LightGBM text model file (``model_to_string``).
+
+    Raises
+    ------
+    UnsupportedModelError
+        A truncated or malformed file, or a model cfmaps cannot represent exactly (see
+        the module docs), naming what is wrong.
+    """
+    if not text.startswith("tree"):
+        raise UnsupportedModelError("not a LightGBM text model file (it starts with 'tree')")
+    if "end of trees" not in text:
+        raise UnsupportedModelError("LightGBM model file is truncated: no 'end of trees'")
+    head, _, rest = text.partition("\nTree=")
+    hf = _fields(head)
+    objective = hf.get("objective", "").split()
+    if not objective or objective[0] not in _OBJECTIVES:
+        name = objective[0] if objective else "none"
+        raise UnsupportedModelError(
+            f"LightGBM objective {name!r} is not a classifier cfmaps supports "
+            f"({', '.join(_OBJECTIVES)}); ranking and regression models have no classes")
+    params = dict(p.split(":", 1) for p in objective[1:] if ":" in p)
+    try:
+        num_class = int(hf.get("num_class", "1"))
+        per_iter = int(hf.get("num_tree_per_iteration", "1"))
+        n_features = int(hf["max_feature_idx"]) + 1
+        sigmoid = float(params.get("sigmoid", "1"))
+    except (KeyError, ValueError) as exc:
+        raise UnsupportedModelError(f"LightGBM model file: malformed header ({exc})") from None
+    if "[boosting: dart]" in text or "\nboosting=dart" in head:
+        raise UnsupportedModelError("LightGBM dart models are not supported")
+    if "[linear_tree: 1]" in text:
+        raise UnsupportedModelError("LightGBM linear trees are not supported (leaves are not constants)")
+    names = hf.get("feature_names", "").split()
+    if len(names) != n_features:
+        raise UnsupportedModelError(
+            f"LightGBM model file: {len(names)} feature names for {n_features} features")
+    n_classes = 2 if objective[0] == "binary" else num_class
+    if (objective[0] == "binary" and per_iter != 1) or (objective[0] != "binary" and per_iter != num_class):
+        raise UnsupportedModelError(
+            f"LightGBM model file: {per_iter} trees per iteration for {n_classes} classes")
+    trees = []
+    body = rest.split("end of trees", 1)[0]
+    for i, block in enumerate(("Tree=" + body).split("\nTree=")):
+        if not block.strip():
+            continue
+        where = f"tree {i}"
+        f = _fields(block)
+        try:
+            n_leaves = int(f["num_leaves"])
+        except (KeyError, ValueError):
+            raise UnsupportedModelError(f"LightGBM model file: {where} has no num_leaves") from None
+        if int(f.get("num_cat", "0") or 0) > 0:
+            raise UnsupportedModelError(
+                f"LightGBM categorical splits are not supported ({where}); one-hot encode the "
+                "categories and declare them as a group in the spec")
+        if f.get("is_linear", "0") not in ("0", ""):
+            raise UnsupportedModelError(f"LightGBM linear trees are not supported ({where})")
+        n_int = n_leaves - 1
+        t = _Tree(
+            split_feature=_array(f, "split_feature", np.int64, n_int, where),
+            threshold=_array(f, "threshold", np.float64, n_int, where),
+            decision_type=_array(f, "decision_type", np.int64, n_int, where),
+            left=_array(f, "left_child", np.int64, n_int, where),
+            right=_array(f, "right_child", np.int64, n_int, where),
+            leaf_value=_array(f, "leaf_value", np.float64, n_leaves, where),
+        )
+        _check_tree(t, n_features, where)
+        trees.append(t)
+    if not trees or len(trees) % per_iter:
+        raise UnsupportedModelError(
+            f"LightGBM model file: {len(trees)} trees, not a multiple of {per_iter} per iteration")
+    return LightGBMModel(n_classes=n_classes, n_features_in_=n_features, feature_names=names,
+                         objective=objective[0], sigmoid=sigmoid,
+                         average_output="average_output" in hf, n_tree_per_iteration=per_iter,
+                         trees=trees)
+
+
+def _check_tree(t: _Tree, n_features: int, where: str) -> None:
+    """Refuse what cfmaps cannot represent exactly, and structures that would crash or loop."""
+    if t.decision_type.size and np.any(t.decision_type & 1):
+        raise UnsupportedModelError(f"LightGBM categorical splits are not supported ({where})")
+    if t.decision_type.size and np.any(((t.decision_type >> 2) & 3) == 1):
+        raise UnsupportedModelError(
+            f"LightGBM zero_as_missing models are not supported ({where}): a 0.0 input would "
+            "go the default way, not by its threshold")
+    if not np.all(np.isfinite(t.threshold)) or not np.all(np.isfinite(t.leaf_value)):
+        raise UnsupportedModelError(f"LightGBM model file: non-finite threshold or leaf value ({where})")
+    n_int, n_leaves = t.split_feature.size, t.leaf_value.size
+    if t.split_feature.size and (t.split_feature.min() < 0 or t.split_feature.max() >= n_features):
+        raise UnsupportedModelError(f"LightGBM model file: split feature out of range ({where})")
+    # every internal node but the root is some node's child, every leaf exactly once, and
+    # children come after their parent (no cycle)
+    kids = np.concatenate([t.left, t.right])
+    internal, leaves = kids[kids >= 0], ~kids[kids < 0]
+    ok = (internal.size == max(n_int - 1, 0) and np.array_equal(np.sort(internal), np.arange(1, n_int))
+          and np.array_equal(np.sort(leaves), np.arange(n_leaves)))
+    if n_int and ok:
+        parents = np.arange(n_int)
+        ok = bool(np.all((t.left < 0) | (t.left > parents)) and np.all((t.right < 0) | (t.right > parents)))
+    if n_int and not ok:
+        raise UnsupportedModelError(f"LightGBM model file: malformed tree structure ({where})")
+
+
+def flatten(model: LightGBMModel) -> FlatEnsemble:
+    """The flat ensemble of a parsed LightGBM classifier (see the module docs)."""
+    k = model.n_tree_per_iteration
+    binary = model.objective == "binary"
+    n_classes = model.n_classes
+    scale = 1.0 / (len(model.trees) // k) if model.average_output else 1.0
+    feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
+    offset = 0
+    for i, t in enumerate(model.trees):
+        n_int, n_leaves = t.split_feature.size, t.leaf_value.size
+        n = n_int + n_leaves
+        # internal nodes first (LightGBM's order, root 0), then the leaves: preorder is
+        # not needed, children only have to follow their parent, which they do
+        feature = np.full(n, -1, dtype=np.int32)
+        threshold = np.zeros(n)
+        left = np.full(n, -1, dtype=np.int32)
+        right = np.full(n, -1, dtype=np.int32)
+        value = np.zeros((n, n_classes))
+        feature[:n_int] = t.split_feature
+        threshold[:n_int] = t.threshold
+
+        def node(c: np.ndarray, n_int: int = n_int, offset: int = offset) -> np.ndarray:
+            return np.where(c >= 0, c, n_int + ~c) + offset
+
+        left[:n_int] = node(t.left)
+        right[:n_int] = node(t.right)
+        value[n_int:, 1 if binary else i % k] = t.leaf_value * scale
+        feats.append(feature)
+        thrs.append(threshold)
+        lefts.append(left)
+        rights.append(right)
+        vals.append(value)
+        roots.append(offset)
+        offset += n
+    return FlatEnsemble(
+        kind=f"LightGBM({model.objective})",
+        n_features=model.n_features_in_,
+        classes=list(range(n_classes)),
+        feature_names=list(model.feature_names),
+        node_feature=np.concatenate(feats),
+        node_threshold=np.concatenate(thrs),
+        node_left=np.concatenate(lefts),
+        node_right=np.concatenate(rights),
+        node_value=np.concatenate(vals),
+        roots=np.array(roots, dtype=np.int32),
+        base=np.zeros(n_classes),
+        # binary: class 1 iff sigmoid(raw) > 0.5, so raw = 0 is class 0; multiclass:
+        # argmax, first index on a tie (both "low")
+        tie_break="low",
+        split_rule=FLOAT64_LE,
+    )
+
+
+class LightGBMAdapter:
+    """The registry's adapter for parsed LightGBM models."""
+
+    name: str = "lightgbm"
+    supported: tuple[str, ...] = ("LightGBM text model (binary, multiclass, multiclassova)",)
+
+    def accepts(self, model: Any) -> bool:
+        return isinstance(model, LightGBMModel)
+
+    def check(self, model: Any) -> None:
+        for i, t in enumerate(model.trees):  # parse_lightgbm checked; models built in code too
+            _check_tree(t, model.n_features_in_, f"tree {i}")
+
+    def flatten(self, model: Any) -> FlatEnsemble:
+        return flatten(model)
+
+
+LIGHTGBM = LightGBMAdapter()

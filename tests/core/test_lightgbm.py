@@ -1,0 +1,145 @@
+"""LightGBM text models: parsed without LightGBM, exact for ``LGBMClassifier.predict``.
+
+LightGBM itself is used only as the reference here: every check compares with its own
+``predict`` on the booster the text file came from.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from maps_core import CounterfactualMaps, UnsupportedModelError
+from maps_core.adapters.lightgbm_text import parse_lightgbm
+
+lgb = pytest.importorskip("lightgbm")
+
+
+def _data(n_classes: int, seed: int = 0, n: int = 800, m: int = 4):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, m))
+    if n_classes == 2:
+        y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    else:
+        y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
+    return X, y
+
+
+KINDS = {
+    "binary": (2, dict(n_estimators=30, num_leaves=6)),
+    "multiclass": (3, dict(n_estimators=15, num_leaves=5)),
+    "multiclassova": (3, dict(objective="multiclassova", n_estimators=10, num_leaves=5)),
+    "rf": (2, dict(boosting_type="rf", n_estimators=20, num_leaves=6, bagging_freq=1,
+                   bagging_fraction=0.7)),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def fitted(request):
+    n_classes, kw = KINDS[request.param]
+    X, y = _data(n_classes)
+    clf = lgb.LGBMClassifier(verbose=-1, random_state=0, **kw).fit(X, y)
+    model = parse_lightgbm(clf.booster_.model_to_string())
+    return clf, model, X, CounterfactualMaps.build(model)
+
+
+def _edge_points(model, X, rng):
+    rows = [X, rng.normal(scale=2.0, size=(100_000, X.shape[1]))]
+    for f in range(X.shape[1]):
+        t = np.unique(np.concatenate([tr.threshold[tr.split_feature == f] for tr in model.trees]))
+        vals = np.concatenate([t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf)])
+        P = X[rng.integers(0, len(X), size=vals.size)].copy()
+        P[:, f] = vals
+        rows.append(P)
+    return np.vstack(rows)
+
+
+def test_faithful_to_lightgbm_everywhere(fitted):
+    """100k random points, every training row, each threshold and one float64 either side."""
+    clf, model, X, maps = fitted
+    P = _edge_points(model, X, np.random.default_rng(1))
+    want = clf.predict(P)
+    assert np.array_equal(model.predict(P), want)
+    assert np.array_equal(np.asarray(maps.predict(P)), want)
+    assert np.allclose(model.predict_proba(P[:2000]), clf.predict_proba(P[:2000]), rtol=0, atol=1e-12)
+
+
+def _brute_force(clf, model, x, target, w, norm):
+    """Exact optimum over real inputs on the threshold grid (no maps_core code): along a
+    feature, x <= t goes left, so the cells are (t_{j-1}, t_j]; each is labelled by
+    LightGBM's predict at a point inside."""
+    m = x.shape[0]
+    cuts = [np.unique(np.concatenate([tr.threshold[tr.split_feature == f] for tr in model.trees]))
+            for f in range(m)]
+    reps = [np.concatenate([c, [c[-1] + 1.0]]) if c.size else np.array([0.0]) for c in cuts]
+    lows = [np.concatenate([[-np.inf], c]) for c in cuts]
+    highs = [np.concatenate([c, [np.inf]]) for c in cuts]
+    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
+    pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
+    mask = clf.predict(pts) == target
+    lo = np.column_stack([lows[f][idx[mask, f]] for f in range(m)])
+    hi = np.column_stack([highs[f][idx[mask, f]] for f in range(m)])
+    delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * w
+    d = {"l1": delta.sum(axis=1), "l2": np.sqrt((delta**2).sum(axis=1)), "linf": delta.max(axis=1)}
+    return float(d[norm].min())
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+def test_distances_equal_the_brute_force(n_classes, norm):
+    X, y = _data(n_classes, seed=3, m=3)
+    clf = lgb.LGBMClassifier(n_estimators=5, num_leaves=4, verbose=-1, random_state=0).fit(X, y)
+    model = parse_lightgbm(clf.booster_.model_to_string())
+    maps = CounterfactualMaps.build(model)
+    rng = np.random.default_rng(4)
+    for x in X[rng.choice(len(X), 8, replace=False)]:
+        w = rng.uniform(0.3, 2.0, size=3)
+        for target in range(n_classes):
+            res = maps.counterfactual(x, target, norm=norm, weights=w)
+            want = _brute_force(clf, model, x, target, w, norm)
+            assert res.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
+            cf = res.best
+            assert clf.predict(cf.x[None])[0] == target
+            # every real input just inside the region's ends gets the target
+            for f in range(3):
+                for end, closed, inward in ((cf.region.lower[f], cf.region.lower_closed[f], np.inf),
+                                            (cf.region.upper[f], cf.region.upper_closed[f], -np.inf)):
+                    if np.isfinite(end):
+                        p = cf.x.copy()
+                        p[f] = end if closed else np.nextafter(end, inward)
+                        assert clf.predict(p[None])[0] == target
+
+
+def _text(**kw):
+    X, y = _data(2)
+    return lgb.LGBMClassifier(n_estimators=3, verbose=-1, **kw).fit(X, y).booster_.model_to_string()
+
+
+def test_refusals_name_the_problem():
+    X, y = _data(2)
+    reg = lgb.LGBMRegressor(n_estimators=2, verbose=-1).fit(X, X[:, 0]).booster_.model_to_string()
+    with pytest.raises(UnsupportedModelError, match="objective 'regression'"):
+        parse_lightgbm(reg)
+    with pytest.raises(UnsupportedModelError, match="zero_as_missing"):
+        parse_lightgbm(_text(zero_as_missing=True))
+    with pytest.raises(UnsupportedModelError, match="linear trees"):
+        parse_lightgbm(_text(linear_tree=True))
+    good = _text()
+    with pytest.raises(UnsupportedModelError, match="truncated"):
+        parse_lightgbm(good[: len(good) // 2])
+    with pytest.raises(UnsupportedModelError, match="not a LightGBM"):
+        parse_lightgbm("{}")
+    bad = good.replace("left_child=", "left_child=5 ", 1)
+    with pytest.raises(UnsupportedModelError, match="left_child"):
+        parse_lightgbm(bad)
+    # a categorical split
+    rng = np.random.default_rng(0)
+    Xc = np.column_stack([rng.integers(0, 6, 2000), rng.normal(size=2000)])
+    yc = np.isin(Xc[:, 0], (1, 3, 4)).astype(int)
+    cat = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_data_per_group=5, cat_smooth=1)
+    text = cat.fit(Xc, yc, categorical_feature=[0]).booster_.model_to_string()
+    assert "num_cat=0" not in text.split("Tree=0", 1)[1].split("\n\n", 1)[0]
+    with pytest.raises(UnsupportedModelError, match="categorical"):
+        parse_lightgbm(text)
