@@ -10,6 +10,8 @@ Formats are recognised by their first bytes, never by the file name:
   by ``joblib.dump(..., compress=...)``): loading runs arbitrary code, so these are loaded
   only when the operator sets ``CFMAPS_TRUST_PICKLE=true``; otherwise the refusal explains
   how to export with skops.
+* **XGBoost model** (JSON ``{"learner": ...`` or UBJSON, what ``save_model`` writes):
+  parsed by :func:`maps_core.adapters.xgboost_json.parse_xgboost`, never handed to XGBoost.
 * **LightGBM text model** (``tree\nversion=...``, what ``save_model`` /
   ``model_to_string`` writes): parsed by :func:`maps_core.adapters.lightgbm_text.parse_lightgbm`,
   never handed to LightGBM.
@@ -38,6 +40,7 @@ import skops.io as sio
 
 from maps_core.adapters import check_model
 from maps_core.adapters.lightgbm_text import parse_lightgbm
+from maps_core.adapters.xgboost_json import parse_xgboost
 from maps_core.exceptions import UnsupportedModelError
 
 from .errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError
@@ -95,6 +98,19 @@ def _read_pickle(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None)
         ) from exc
 
 
+def _is_xgboost(head: bytes) -> bool:
+    # JSON: {"learner": ...; UBJSON: '{' then the length-prefixed key 'learner' (or a
+    # '$'/'#' container header first)
+    return head.startswith(b'{"learner"') or (head[:1] == b"{" and b"learner" in head[:24])
+
+
+def _read_xgboost(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None) -> Any:
+    try:
+        return parse_xgboost(path.read_bytes())
+    except UnsupportedModelError as exc:
+        raise InvalidInputError(str(exc), "model") from exc
+
+
 def _is_lightgbm(head: bytes) -> bool:
     return head.startswith((b"tree\nversion=", b"tree\r\nversion="))
 
@@ -131,13 +147,14 @@ READERS: tuple[Reader, ...] = (
     Reader("skops", "model.skops", _is_skops, _read_skops),
     Reader("pickle", "model.pkl", _is_pickle, _read_pickle),
     Reader("lightgbm", "model.lgb.txt", _is_lightgbm, _read_lightgbm),
+    Reader("xgboost", "model.xgb", _is_xgboost, _read_xgboost),
 )
 #: File name under ``models/<id>/`` per format.
 FILE_NAMES: dict[str, str] = {r.format: r.file_name for r in READERS}
 
 
 def detect_format(head: bytes) -> ModelFormat | None:
-    """Format of a model file from its first bytes (at least 8), or None when unknown."""
+    """Format of a model file from its first bytes (up to 64), or None when unknown."""
     for reader in READERS:
         if reader.detect(head):
             return reader.format
@@ -147,14 +164,14 @@ def detect_format(head: bytes) -> ModelFormat | None:
 def sniff(path: Path) -> ModelFormat:
     """Format of the file at ``path``; raises :class:`InvalidInputError` when unknown."""
     with open(path, "rb") as fh:
-        head = fh.read(16)
+        head = fh.read(64)
     if not head:
         raise InvalidInputError("the model file is empty", "model")
     fmt = detect_format(head)
     if fmt is None:
         raise InvalidInputError(
-            "the model file is neither a skops file, a LightGBM text model nor a "
-            "pickle/joblib file; " + SKOPS_HOWTO,
+            "the model file is neither a skops file, an XGBoost JSON/UBJSON or LightGBM text "
+            "model, nor a pickle/joblib file; " + SKOPS_HOWTO,
             "model",
         )
     return fmt

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from .exceptions import InvalidQueryError
+from .exceptions import InvalidQueryError, UnsupportedModelError
 from .splits import FLOAT32_LE, model_view, rule_flags
 
 
@@ -107,6 +107,11 @@ class FlatEnsemble:
     split_rule : str
         The model's comparison of an input with a threshold, one of
         :data:`maps_core.splits.SPLIT_RULES` (default: scikit-learn's ``float32<=``).
+    score_precision : {"float64", "float32"}
+        The precision the library sums leaf values in. XGBoost sums in float32, whose
+        rounding can move a score by about ``n_trees * 2**-24`` of its size: the
+        certificates' tolerance widens accordingly, and scores within it are decided by
+        the model's own arithmetic (:class:`maps_core.engine.SearchEngine`).
     """
 
     kind: str
@@ -122,9 +127,12 @@ class FlatEnsemble:
     base: np.ndarray
     tie_break: str = "low"
     split_rule: str = FLOAT32_LE
+    score_precision: str = "float64"
 
     def __post_init__(self) -> None:
         rule_flags(self.split_rule)  # an unknown rule is refused at once
+        if self.score_precision not in ("float64", "float32"):
+            raise UnsupportedModelError(f"unknown score precision {self.score_precision!r}")
 
     @property
     def n_classes(self) -> int:
@@ -144,6 +152,8 @@ class FlatEnsemble:
         h.update(f"{self.kind}|{self.n_features}|{self.classes!r}|{self.tie_break}".encode())
         if self.split_rule != FLOAT32_LE:  # keeps the fingerprints of maps saved before
             h.update(f"|{self.split_rule}".encode())
+        if self.score_precision != "float64":
+            h.update(f"|{self.score_precision}".encode())
         for a in (
             self.node_feature,
             self.node_threshold,

@@ -506,6 +506,16 @@ class Partition:
         return np.bincount(lab, minlength=n_classes)
 
 
+def _tolerance(ens: FlatEnsemble, scale: float) -> float:
+    """Margin above which a bound decides the class whatever the library's arithmetic:
+    float64 sums of a few thousand terms err by ~1e-13 relative; a library that sums in
+    float32 (XGBoost) can be off by up to half an ulp of the running sum per tree."""
+    tol = 1e-9 * (1.0 + scale)
+    if ens.score_precision == "float32":
+        tol = max(tol, (ens.n_trees + 2) * 2.0**-23 * (1.0 + scale))
+    return tol
+
+
 class Kernel(NamedTuple):
     """The ensemble's arrays in the layout the kernels take, one argument for numba.
 
@@ -560,7 +570,7 @@ class Kernel(NamedTuple):
             roots=np.ascontiguousarray(ens.roots, dtype=np.int32),
             base=np.ascontiguousarray(ens.base, dtype=np.float64),
             tie_high=ens.tie_break == "high",
-            tol=1e-9 * (1.0 + scale),
+            tol=_tolerance(ens, scale),
             max_depth_nodes=int(sizes.max()) + 2,
             coff=np.ascontiguousarray(grid.cell_offsets, dtype=np.int64),
         )

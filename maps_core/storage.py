@@ -131,6 +131,7 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str]) -> BuildStats:
                 "feature_names": ens.feature_names,
                 "tie_break": ens.tie_break,
                 "split_rule": ens.split_rule,
+                "score_precision": ens.score_precision,
             },
             "schema": maps.schema.to_dicts(),
             "grid": {"raw_thresholds": maps.grid.raw_thresholds,
@@ -216,6 +217,7 @@ def load_artifact(
             tie_break=mm["tie_break"],
             # maps saved before split rules were recorded are scikit-learn's
             split_rule=mm.get("split_rule", FLOAT32_LE),
+            score_precision=mm.get("score_precision", "float64"),
             **{n: arrays[f"ensemble.{n}"] for n in _ENSEMBLE},
         )
         grid = Grid(raw_thresholds=int(manifest["grid"]["raw_thresholds"]),

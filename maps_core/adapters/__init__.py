@@ -18,6 +18,7 @@ from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from .lightgbm_text import LIGHTGBM
 from .sklearn import SKLEARN
+from .xgboost_json import XGBOOST
 
 
 class Adapter(Protocol):
@@ -45,7 +46,7 @@ class Adapter(Protocol):
 
 
 #: The registered adapters, asked in order.
-ADAPTERS: list[Adapter] = [SKLEARN, LIGHTGBM]
+ADAPTERS: list[Adapter] = [SKLEARN, LIGHTGBM, XGBOOST]
 
 
 def adapter_for(model: Any) -> Adapter:

@@ -1,4 +1,5 @@
-"""A LightGBM text model through the HTTP API: upload, build, query, check with LightGBM."""
+"""Native XGBoost and LightGBM model files through the HTTP API: upload, build, query, check
+with the library itself, and the refusals."""
 
 from __future__ import annotations
 
@@ -56,3 +57,47 @@ def test_unsupported_lightgbm_files_get_a_422(service: Service) -> None:
         r = upload(service.client, text.encode())
         assert r.status_code == 422 and r.json()["field"] == "model", r.text
         assert words in r.json()["message"]
+
+
+@pytest.mark.parametrize("ext", ["json", "ubj"])
+def test_xgboost_upload_query_and_check_with_xgboost(service: Service, tmp_path, ext: str) -> None:
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 4))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
+    clf = xgb.XGBClassifier(n_estimators=15, max_depth=3, random_state=0).fit(X, y)
+    clf.get_booster().feature_names = ["income", "age", "debt", "late"]
+    path = tmp_path / f"model.{ext}"
+    clf.save_model(path)
+    ref = xgb.XGBClassifier()
+    ref.load_model(path)
+    r = upload(service.client, path.read_bytes(), filename="upload")
+    assert r.status_code == 202, r.text
+    info = wait_built(service.client, r.json()["id"])
+    assert info["status"] == "ready" and info["format"] == "xgboost"
+    names = [f["name"] for f in info["features"]]
+    assert names == ["income", "age", "debt", "late"]
+    url = f"/v1/models/{info['id']}/counterfactuals"
+    for x in X[:10]:
+        for target in (0, 1, 2):
+            doc = service.client.post(url, json={"instance": x.tolist(), "target": target}).json()
+            cf = np.array([doc["counterfactual"][n] for n in names])
+            assert int(ref.predict(cf[None])[0]) == doc["target"] == target
+
+
+def test_unsupported_xgboost_files_get_a_422(service: Service, tmp_path) -> None:
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    xgb.XGBRegressor(n_estimators=2).fit(X, X[:, 0]).save_model(tmp_path / "reg.json")
+    good = tmp_path / "good.json"
+    xgb.XGBClassifier(n_estimators=2).fit(X, (X[:, 0] > 0).astype(int)).save_model(good)
+    data = good.read_bytes()
+    for blob, words in (((tmp_path / "reg.json").read_bytes(), "objective 'reg:squarederror'"),
+                        (data[: len(data) // 2], "truncated or malformed")):
+        r = upload(service.client, blob)
+        assert r.status_code == 422 and r.json()["field"] == "model", r.text
+        assert words in r.json()["message"]
+    # a wrong feature count against the spec
+    r = upload(service.client, data, {"features": [{"name": "a"}, {"name": "b"}]})
+    assert r.status_code == 422 and r.json()["field"] == "spec.features"

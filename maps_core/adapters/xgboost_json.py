@@ -1,0 +1,389 @@
+"""XGBoost classifiers, read from the JSON or UBJSON file ``save_model`` writes: parsed
+here, never loaded through XGBoost.
+
+What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsemble`:
+
+* ``learner.objective.name``: ``binary:logistic`` (one score, class 1 iff the float32
+  probability exceeds 0.5), ``multi:softprob`` / ``multi:softmax`` (one score per class,
+  argmax of the float32 softmax, first index on a tie);
+* ``learner_model_param.base_score``: stored as a probability for ``binary:logistic``
+  (the margin it adds is ``-log(1/p - 1)``), as a margin for the multiclass objectives;
+  a scalar or one value per class (``"[5E-1]"``);
+* ``gradient_booster.model.tree_info``: the class each tree adds to;
+* every tree's ``split_conditions`` hold the float32 thresholds of its internal nodes and
+  the leaf values of its leaves (``left_children == -1``); a split sends ``x`` left iff
+  ``float32(x) < threshold`` (split rule ``float32<``); ``default_left`` routes missing
+  values, which cfmaps refuses in queries;
+* XGBoost sums the leaf values in float32, tree by tree after the base margin: the flat
+  ensemble says so (``score_precision="float32"``), so certificates keep a margin wide
+  enough for float32 rounding and the engine decides the closer cells with
+  :meth:`XGBoostModel.predict`, which repeats XGBoost's float32 arithmetic.
+
+Refused, naming the reason: ``dart`` and ``gblinear`` boosters, regression, ranking and
+other objectives, categorical splits (``enable_categorical``), multi-target models.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..ensemble import FlatEnsemble
+from ..exceptions import UnsupportedModelError
+from ..splits import FLOAT32_LT
+
+__all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "parse_xgboost"]
+
+_OBJECTIVES = ("binary:logistic", "multi:softprob", "multi:softmax")
+
+
+@dataclass
+class _Tree:
+    left: np.ndarray  # (n,) int, -1 at leaves
+    right: np.ndarray
+    feature: np.ndarray  # (n,) int
+    value: np.ndarray  # (n,) float32: threshold at internal nodes, leaf value at leaves
+    group: int  # the class the tree adds to
+
+
+@dataclass
+class XGBoostModel:
+    """An XGBoost classifier as its saved model file describes it.
+
+    Attributes
+    ----------
+    n_classes : int
+    n_features_in_ : int
+    feature_names : list of str or None
+    objective : str
+    base_margin : ndarray of shape (n_groups,), float32
+        What every score starts from (one group for binary models).
+    trees : list
+    """
+
+    n_classes: int
+    n_features_in_: int
+    feature_names: list[str] | None
+    objective: str
+    base_margin: np.ndarray
+    trees: list[_Tree] = field(repr=False)
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """Class labels: the file stores label indices 0..K-1 (name them in the spec)."""
+        return np.arange(self.n_classes)
+
+    def margins(self, X: np.ndarray) -> np.ndarray:
+        """Scores as XGBoost computes them: float32, the base margin first, then every
+        tree in order, shape (n, n_groups)."""
+        X32 = np.asarray(X, dtype=np.float64).astype(np.float32)
+        out = np.tile(self.base_margin, (X32.shape[0], 1))
+        for t in self.trees:
+            out[:, t.group] = (out[:, t.group] + _tree_values(t, X32)).astype(np.float32)
+        return out
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """Class probabilities in float32 as XGBoost's predict, shape (n, n_classes)."""
+        m = self.margins(X)
+        one = np.float32(1.0)
+        if self.objective == "binary:logistic":
+            p = one / (one + _expf(-m[:, 0]))
+            return np.column_stack([one - p, p]).astype(np.float32)
+        e = _expf((m - m.max(axis=1, keepdims=True)).astype(np.float32))
+        return (e / e.sum(axis=1, keepdims=True, dtype=np.float32)).astype(np.float32)
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """Class labels as ``XGBClassifier.predict``: class 1 iff the float32 probability
+        exceeds 0.5, else the first index of the highest probability."""
+        proba = self.predict_proba(X)
+        if self.objective == "binary:logistic":
+            return (proba[:, 1] > np.float32(0.5)).astype(np.int64)
+        return np.argmax(proba, axis=1)
+
+
+def _expf(x: np.ndarray) -> np.ndarray:
+    """``expf`` as C's libm computes it, correctly rounded to float32. numpy's own float32
+    exp may be an ulp off (a vectorised approximation), which is enough to turn a
+    probability of 0.50000006 into 0.5 and flip XGBoost's decision at a margin of 1e-7."""
+    return np.exp(np.asarray(x, dtype=np.float64)).astype(np.float32)
+
+
+def _tree_values(t: _Tree, X32: np.ndarray) -> np.ndarray:
+    n = X32.shape[0]
+    node = np.zeros(n, dtype=np.int64)
+    active = np.arange(n)
+    while active.size:
+        nd = node[active]
+        inner = t.left[nd] >= 0
+        active, nd = active[inner], nd[inner]
+        if not active.size:
+            break
+        go_left = X32[active, t.feature[nd]] < t.value[nd]
+        node[active] = np.where(go_left, t.left[nd], t.right[nd])
+    return t.value[node]
+
+
+# -- reading the file ---------------------------------------------------------------------
+def _ubjson(data: bytes) -> Any:
+    """Decode the UBJSON XGBoost writes (objects, arrays, optimized typed arrays)."""
+    pos = 0
+    fixed = {b"i": ">b", b"U": ">B", b"I": ">h", b"l": ">i", b"L": ">q", b"d": ">f", b"D": ">d"}
+
+    def need(n: int) -> bytes:
+        nonlocal pos
+        if pos + n > len(data):
+            raise UnsupportedModelError("XGBoost UBJSON model file is truncated")
+        out = data[pos:pos + n]
+        pos += n
+        return out
+
+    def number(marker: bytes) -> Any:
+        fmt = fixed.get(marker)
+        if fmt is None:
+            raise UnsupportedModelError(f"XGBoost UBJSON: unknown type marker {marker!r}")
+        return struct.unpack(fmt, need(struct.calcsize(fmt)))[0]
+
+    def string() -> str:
+        n = number(need(1))
+        return need(int(n)).decode("utf-8")
+
+    def value(marker: bytes) -> Any:
+        if marker in fixed:
+            return number(marker)
+        if marker == b"S":
+            return string()
+        if marker == b"T":
+            return True
+        if marker == b"F":
+            return False
+        if marker == b"Z":
+            return None
+        if marker in (b"[", b"{"):
+            return container(marker)
+        raise UnsupportedModelError(f"XGBoost UBJSON: unknown type marker {marker!r}")
+
+    def container(open_: bytes) -> Any:
+        nonlocal pos
+        typ = count = None
+        if data[pos:pos + 1] == b"$":
+            pos += 1
+            typ = need(1)
+        if data[pos:pos + 1] == b"#":
+            pos += 1
+            count = int(number(need(1)))
+        if open_ == b"[":
+            if typ is not None and count is not None and typ in fixed:
+                fmt = fixed[typ]
+                size = struct.calcsize(fmt)
+                return np.frombuffer(need(size * count), dtype=np.dtype(fmt)).tolist()
+            items: list[Any] = []
+            while count is None or len(items) < count:
+                if typ is not None:  # typed: no marker per item
+                    items.append(value(typ))
+                    continue
+                m = need(1)
+                if count is None and m == b"]":
+                    break
+                items.append(value(m))
+            return items
+        obj: dict[str, Any] = {}
+        while count is None or len(obj) < count:
+            if count is None and data[pos:pos + 1] == b"}":
+                pos += 1
+                break
+            key = string()
+            obj[key] = value(typ if typ is not None else need(1))
+        return obj
+
+    if need(1) != b"{":
+        raise UnsupportedModelError("not an XGBoost model file")
+    return container(b"{")
+
+
+def _base_score(text: Any) -> np.ndarray:
+    if isinstance(text, int | float):
+        return np.array([text], dtype=np.float32)
+    values = str(text).strip().strip("[]").split(",")
+    try:
+        return np.array([float(v) for v in values if v.strip()], dtype=np.float32)
+    except ValueError:
+        raise UnsupportedModelError(f"XGBoost model file: base_score {text!r} is not a number") from None
+
+
+def _logit32(p: np.float32) -> np.float32:
+    """XGBoost's margin of a base probability: ``-log(1/p - 1)``, the inner part in
+    float32 (its ProbToMargin), the logarithm correctly rounded."""
+    q = np.float32(np.float32(1.0) / p) - np.float32(1.0)
+    return np.float32(-math.log(float(q)))
+
+
+def parse_xgboost(data: bytes) -> XGBoostModel:
+    """Parse an XGBoost model file (JSON or UBJSON, as ``save_model`` writes).
+
+    Raises
+    ------
+    UnsupportedModelError
+        A truncated or malformed file, or a model cfmaps cannot represent (see the module
+        docs), naming what is wrong.
+    """
+    try:
+        doc = json.loads(data) if data.lstrip()[:2] == b'{"' else _ubjson(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UnsupportedModelError(f"XGBoost JSON model file is truncated or malformed: {exc}") from None
+    try:
+        learner = doc["learner"]
+        booster = learner["gradient_booster"]
+        objective = learner["objective"]["name"]
+        param = learner["learner_model_param"]
+    except (KeyError, TypeError):
+        raise UnsupportedModelError("XGBoost model file: no learner, booster or objective") from None
+    if booster.get("name") != "gbtree":
+        raise UnsupportedModelError(
+            f"XGBoost booster {booster.get('name')!r} is not supported (only gbtree: dart and "
+            "gblinear models are not piecewise constant in the way cfmaps needs)")
+    if objective not in _OBJECTIVES:
+        raise UnsupportedModelError(
+            f"XGBoost objective {objective!r} is not a classifier cfmaps supports "
+            f"({', '.join(_OBJECTIVES)})")
+    try:
+        n_features = int(param["num_feature"])
+        num_class = int(param.get("num_class", 0))
+        num_target = int(param.get("num_target", 1))
+        model = booster["model"]
+        tree_docs = model["trees"]
+        tree_info = [int(g) for g in model["tree_info"]]
+    except (KeyError, TypeError, ValueError):
+        raise UnsupportedModelError("XGBoost model file: malformed model parameters") from None
+    if num_target != 1:
+        raise UnsupportedModelError("XGBoost multi-target models are not supported")
+    binary = objective == "binary:logistic"
+    n_classes = 2 if binary else num_class
+    n_groups = 1 if binary else num_class
+    if n_classes < 2 or len(tree_info) != len(tree_docs):
+        raise UnsupportedModelError("XGBoost model file: inconsistent classes or tree_info")
+    base = _base_score(param.get("base_score", "0.5"))
+    if base.size == 1:
+        base = np.repeat(base, n_groups)
+    if base.size != n_groups:
+        raise UnsupportedModelError(f"XGBoost model file: {base.size} base scores for {n_groups} groups")
+    if binary:
+        if not 0.0 < float(base[0]) < 1.0:
+            raise UnsupportedModelError(f"XGBoost model file: base_score {base[0]} is no probability")
+        base = np.array([_logit32(base[0])], dtype=np.float32)
+    names = learner.get("feature_names") or None
+    if names is not None and len(names) != n_features:
+        raise UnsupportedModelError(
+            f"XGBoost model file: {len(names)} feature names for {n_features} features")
+    trees = [_tree(t, g, n_features, n_groups, i)
+             for i, (t, g) in enumerate(zip(tree_docs, tree_info, strict=True))]
+    if not trees:
+        raise UnsupportedModelError("XGBoost model file: no trees")
+    return XGBoostModel(n_classes=n_classes, n_features_in_=n_features,
+                        feature_names=[str(n) for n in names] if names else None,
+                        objective=objective, base_margin=base.astype(np.float32), trees=trees)
+
+
+def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: int) -> _Tree:
+    where = f"tree {i}"
+    try:
+        left = np.asarray(doc["left_children"], dtype=np.int64)
+        right = np.asarray(doc["right_children"], dtype=np.int64)
+        feature = np.asarray(doc["split_indices"], dtype=np.int64)
+        value = np.asarray(doc["split_conditions"], dtype=np.float64).astype(np.float32)
+        split_type = np.asarray(doc.get("split_type", []), dtype=np.int64)
+    except (KeyError, TypeError, ValueError):
+        raise UnsupportedModelError(f"XGBoost model file: malformed {where}") from None
+    if np.any(split_type != 0) or doc.get("categories_nodes"):
+        raise UnsupportedModelError(
+            f"XGBoost categorical splits are not supported ({where}); one-hot encode the "
+            "categories and declare them as a group in the spec")
+    t = _Tree(left=left, right=right, feature=feature, value=value, group=group)
+    _check_tree(t, n_features, n_groups, where)
+    return t
+
+
+def _check_tree(t: _Tree, n_features: int, n_groups: int, where: str) -> None:
+    """Refuse structures that would crash or loop: every node but the root is a child
+    exactly once, children come after their parent, features are in range."""
+    n = t.left.size
+    ok = n > 0 and t.right.size == n and t.feature.size == n and t.value.size == n
+    ok = ok and 0 <= t.group < n_groups and bool(np.all(np.isfinite(t.value)))
+    if ok:
+        inner = t.left >= 0
+        idx = np.arange(n)
+        kids = np.concatenate([t.left[inner], t.right[inner]])
+        ok = (np.array_equal(inner, t.right >= 0)
+              and np.array_equal(np.sort(kids), np.arange(1, n))
+              and bool(np.all(t.left[inner] > idx[inner]))
+              and bool(np.all(t.right[inner] > idx[inner]))
+              and bool(np.all((t.feature[inner] >= 0) & (t.feature[inner] < n_features))))
+    if not ok:
+        raise UnsupportedModelError(f"XGBoost model file: malformed tree structure ({where})")
+
+
+def flatten(model: XGBoostModel) -> FlatEnsemble:
+    """The flat ensemble of a parsed XGBoost classifier (see the module docs)."""
+    binary = model.objective == "binary:logistic"
+    k = model.n_classes
+    feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
+    offset = 0
+    for t in model.trees:
+        n = t.left.size
+        inner = t.left >= 0
+        feats.append(np.where(inner, t.feature, -1).astype(np.int32))
+        thrs.append(np.where(inner, t.value.astype(np.float64), 0.0))
+        lefts.append(np.where(inner, t.left + offset, -1).astype(np.int32))
+        rights.append(np.where(inner, t.right + offset, -1).astype(np.int32))
+        value = np.zeros((n, k))
+        value[~inner, 1 if binary else t.group] = t.value[~inner].astype(np.float64)
+        vals.append(value)
+        roots.append(offset)
+        offset += n
+    base = np.zeros(k)
+    if binary:
+        base[1] = float(model.base_margin[0])
+    else:
+        base[:] = model.base_margin.astype(np.float64)
+    return FlatEnsemble(
+        kind=f"XGBoost({model.objective})",
+        n_features=model.n_features_in_,
+        classes=list(range(k)),
+        feature_names=model.feature_names,
+        node_feature=np.concatenate(feats),
+        node_threshold=np.concatenate(thrs),
+        node_left=np.concatenate(lefts),
+        node_right=np.concatenate(rights),
+        node_value=np.concatenate(vals),
+        roots=np.array(roots, dtype=np.int32),
+        base=base,
+        tie_break="low",  # binary: a probability of exactly 0.5 is class 0; argmax: first
+        split_rule=FLOAT32_LT,
+        score_precision="float32",
+    )
+
+
+class XGBoostAdapter:
+    """The registry's adapter for parsed XGBoost models."""
+
+    name: str = "xgboost"
+    supported: tuple[str, ...] = ("XGBoost JSON/UBJSON model (binary:logistic, multi:softprob, "
+                                  "multi:softmax; gbtree)",)
+
+    def accepts(self, model: Any) -> bool:
+        return isinstance(model, XGBoostModel)
+
+    def check(self, model: Any) -> None:
+        n_groups = 1 if model.objective == "binary:logistic" else model.n_classes
+        for i, t in enumerate(model.trees):
+            _check_tree(t, model.n_features_in_, n_groups, f"tree {i}")
+
+    def flatten(self, model: Any) -> FlatEnsemble:
+        return flatten(model)
+
+
+XGBOOST = XGBoostAdapter()

@@ -1,0 +1,187 @@
+"""XGBoost JSON/UBJSON models: parsed without XGBoost, exact for ``XGBClassifier.predict``.
+
+XGBoost is only the reference: every check compares with its own ``predict`` on a model
+loaded from the very file cfmaps parsed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from maps_core import CounterfactualMaps, UnsupportedModelError
+from maps_core.adapters.xgboost_json import parse_xgboost
+
+xgb = pytest.importorskip("xgboost")
+
+
+def _data(n_classes: int, seed: int = 0, n: int = 1200, m: int = 4):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, m))
+    y = ((X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int) if n_classes == 2
+         else (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5))
+    return X, y
+
+
+KINDS = {
+    "binary": (2, xgb.XGBClassifier, dict(n_estimators=30, max_depth=3)),
+    "softprob": (3, xgb.XGBClassifier, dict(n_estimators=15, max_depth=3)),
+    "softmax": (3, xgb.XGBClassifier, dict(objective="multi:softmax", n_estimators=10, max_depth=3)),
+    "rf": (2, xgb.XGBRFClassifier, dict(n_estimators=20, max_depth=4)),
+}
+
+
+def _saved(clf, tmp: Path, ext: str):
+    path = tmp / f"model.{ext}"
+    clf.save_model(path)
+    ref = type(clf)()
+    ref.load_model(path)
+    return ref, parse_xgboost(path.read_bytes())
+
+
+@pytest.fixture(scope="module", params=[(k, e) for k in sorted(KINDS) for e in ("json", "ubj")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def fitted(request, tmp_path_factory):
+    kind, ext = request.param
+    n_classes, cls, kw = KINDS[kind]
+    X, y = _data(n_classes)
+    ref, model = _saved(cls(random_state=0, **kw).fit(X, y), tmp_path_factory.mktemp(kind), ext)
+    return ref, model, X, CounterfactualMaps.build(model)
+
+
+def test_faithful_to_xgboost_everywhere(fitted):
+    """100k random points, the training rows, each float32 threshold and one float32 and
+    one float64 step either side; the margins themselves are XGBoost's bit for bit."""
+    ref, model, X, maps = fitted
+    rng = np.random.default_rng(1)
+    rows = [X, rng.normal(scale=2.0, size=(100_000, X.shape[1]))]
+    for f in range(X.shape[1]):
+        t = np.unique(np.concatenate([tr.value[(tr.left >= 0) & (tr.feature == f)] for tr in model.trees]))
+        t64 = t.astype(np.float64)
+        vals = np.concatenate([t64, np.nextafter(t64, -np.inf), np.nextafter(t64, np.inf),
+                               np.nextafter(t, np.float32(-np.inf)).astype(np.float64),
+                               np.nextafter(t, np.float32(np.inf)).astype(np.float64)])
+        P = X[rng.integers(0, len(X), size=vals.size)].copy()
+        P[:, f] = vals
+        rows.append(P)
+    P = np.vstack(rows)
+    want = ref.predict(P)
+    assert np.array_equal(model.predict(P), want)
+    assert np.array_equal(np.asarray(maps.predict(P)), want)
+    margin = ref.predict(P[:5000], output_margin=True).reshape(5000, -1)
+    assert np.array_equal(model.margins(P[:5000]), margin)
+
+
+def test_a_probability_that_rounds_to_one_half_is_class_0(tmp_path):
+    """XGBoost predicts class 1 only when the float32 probability exceeds 0.5, so a small
+    positive margin whose probability rounds to 0.5 is class 0. Model files whose leaves
+    all hold the same tiny value (base score 0.5: margin 0) put every margin there;
+    XGBoost itself, loading each file, is the reference."""
+    import json
+
+    X, y = _data(2)
+    xgb.XGBClassifier(n_estimators=1, max_depth=2, random_state=0).fit(X, y).save_model(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    doc["learner"]["learner_model_param"]["base_score"] = "[5E-1]"
+    tree = doc["learner"]["gradient_booster"]["model"]["trees"][0]
+    seen = set()
+    for v in (1e-9, 1e-8, 2e-8, 3e-8, 4e-8, 6e-8, 1e-7, 1e-6):
+        tree["split_conditions"] = [float(np.float32(v)) if left == -1 else c
+                                    for c, left in zip(tree["split_conditions"], tree["left_children"],
+                                                       strict=True)]
+        (tmp_path / "p.json").write_text(json.dumps(doc))
+        ref = xgb.XGBClassifier()
+        ref.load_model(tmp_path / "p.json")
+        model = parse_xgboost((tmp_path / "p.json").read_bytes())
+        want = ref.predict(X[:3])
+        assert ref.predict(X[:3], output_margin=True)[0] > 0  # a positive margin, always
+        assert np.array_equal(model.predict(X[:3]), want), v
+        assert np.array_equal(np.asarray(CounterfactualMaps.build(model).predict(X[:3])), want), v
+        seen.add(int(want[0]))
+    assert seen == {0, 1}  # both sides of the rounding were exercised
+
+
+def _brute_force(ref, model, x, target, w, norm):
+    """Exact optimum over real inputs on the threshold grid (no maps_core code): float32(x)
+    < t sends x left, so along a feature a cell ends halfway between the float32 below t
+    and t, owned by the side float32 rounding takes; each cell is labelled by XGBoost."""
+    m = x.shape[0]
+    lows, highs, reps = [], [], []
+    for f in range(m):
+        t = np.unique(np.concatenate([tr.value[(tr.left >= 0) & (tr.feature == f)] for tr in model.trees]))
+        if t.size == 0:  # a feature no split tests
+            lows.append(np.array([-np.inf]))
+            highs.append(np.array([np.inf]))
+            reps.append(np.array([0.0]))
+            continue
+        below = np.nextafter(t, np.float32(-np.inf)).astype(np.float64)
+        b = (below + t.astype(np.float64)) / 2.0
+        lows.append(np.concatenate([[-np.inf], b]))
+        highs.append(np.concatenate([b, [np.inf]]))
+        reps.append(np.concatenate([below, [t[-1].astype(np.float64)]]))
+    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
+    pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
+    mask = ref.predict(pts) == target
+    lo = np.column_stack([lows[f][idx[mask, f]] for f in range(m)])
+    hi = np.column_stack([highs[f][idx[mask, f]] for f in range(m)])
+    delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * w
+    d = {"l1": delta.sum(axis=1), "l2": np.sqrt((delta**2).sum(axis=1)), "linf": delta.max(axis=1)}
+    return float(d[norm].min())
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+def test_distances_equal_the_brute_force(n_classes, norm, tmp_path):
+    X, y = _data(n_classes, seed=3, m=3)
+    ref, model = _saved(xgb.XGBClassifier(n_estimators=4, max_depth=2, random_state=0).fit(X, y),
+                        tmp_path, "json")
+    maps = CounterfactualMaps.build(model)
+    rng = np.random.default_rng(4)
+    for x in X[rng.choice(len(X), 8, replace=False)]:
+        w = rng.uniform(0.3, 2.0, size=3)
+        for target in range(n_classes):
+            res = maps.counterfactual(x, target, norm=norm, weights=w)
+            want = _brute_force(ref, model, x, target, w, norm)
+            assert res.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
+            cf = res.best
+            assert ref.predict(cf.x[None])[0] == target
+            for f in range(3):
+                for end, closed, inward in ((cf.region.lower[f], cf.region.lower_closed[f], np.inf),
+                                            (cf.region.upper[f], cf.region.upper_closed[f], -np.inf)):
+                    if np.isfinite(end):
+                        p = cf.x.copy()
+                        p[f] = end if closed else np.nextafter(end, inward)
+                        assert ref.predict(p[None])[0] == target
+
+
+def test_refusals_name_the_problem(tmp_path):
+    X, y = _data(2)
+    reg = xgb.XGBRegressor(n_estimators=2).fit(X, X[:, 0])
+    reg.save_model(tmp_path / "reg.json")
+    with pytest.raises(UnsupportedModelError, match="objective 'reg:squarederror'"):
+        parse_xgboost((tmp_path / "reg.json").read_bytes())
+    dart = xgb.XGBClassifier(booster="dart", n_estimators=2).fit(X, y)
+    dart.save_model(tmp_path / "dart.json")
+    with pytest.raises(UnsupportedModelError, match="dart"):
+        parse_xgboost((tmp_path / "dart.json").read_bytes())
+    good = xgb.XGBClassifier(n_estimators=2).fit(X, y)
+    good.save_model(tmp_path / "good.json")
+    data = (tmp_path / "good.json").read_bytes()
+    with pytest.raises(UnsupportedModelError, match="truncated or malformed"):
+        parse_xgboost(data[: len(data) // 2])
+    good.save_model(tmp_path / "good.ubj")
+    ubj = (tmp_path / "good.ubj").read_bytes()
+    with pytest.raises(UnsupportedModelError, match="truncated"):
+        parse_xgboost(ubj[: len(ubj) // 2])
+    # a categorical split, as enable_categorical writes it
+    import json
+
+    doc = json.loads(data)
+    tree = doc["learner"]["gradient_booster"]["model"]["trees"][0]
+    tree["split_type"][0] = 1
+    tree["categories_nodes"] = [0]
+    with pytest.raises(UnsupportedModelError, match="categorical"):
+        parse_xgboost(json.dumps(doc).encode())
