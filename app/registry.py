@@ -341,6 +341,15 @@ class Registry:
         """Read the stored model file of ``entry`` and submit its build (the build thread
         takes the build lock, persists ``building``, or leaves the model to the process
         that holds the lock)."""
+        if self.on_requeue is None:
+            # This process never builds (role api): wait, queued, for a process that does;
+            # the sync follows its progress and loads the maps once they are ready.
+            with self._lock:
+                entry.maps = None
+                entry.status = "queued"
+                entry.error = None
+            self._changed()
+            return
         d = self.root / entry.id
         try:
             model, _ = modelio.load_model_file(
@@ -363,9 +372,6 @@ class Registry:
             entry.error = None
         log.warning("model %s: %s", entry.id, REQUEUED.format(status=entry.status))
         self._changed()
-        if self.on_requeue is None:
-            self._fail_loaded(entry, "no build manager to queue the build again")
-            return
         self.on_requeue(entry)
 
     def _read_entry(self, d: Path) -> ModelEntry:

@@ -86,3 +86,23 @@ def test_a_build_left_by_a_dead_process_is_taken_over(
         assert _status(api, model_id) == "building"  # an API replica builds nothing
         with service_factory(data_dir=data, role="builder", sync_interval_seconds=0.05):
             wait_until(lambda: _status(api, model_id) == "ready")
+
+
+def test_outdated_maps_wait_on_an_api_replica_until_the_builder_rebuilds_them(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
+) -> None:
+    data = tmp_path / "shared"
+    with service_factory(data_dir=data) as a:
+        model_id = a.add(rf.skops)
+    manifest = data / "models" / model_id / "maps" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["format_version"] = 1
+    manifest.write_text(json.dumps(doc))
+    with service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as api:
+        info = api.client.get(f"/v1/models/{model_id}").json()
+        assert info["status"] == "queued" and info["error"] is None  # waiting, not failed
+        with service_factory(data_dir=data, role="builder", sync_interval_seconds=0.05):
+            # the builder's start finds the outdated maps, rebuilds them; the replica loads them
+            wait_until(lambda: _status(api, model_id) == "ready")
+        r = api.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 200
