@@ -177,6 +177,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
     ``kern`` the ensemble's :class:`~maps_core.partition.Kernel`.
+    ``max_pops`` bounds the mixed-region boxes of the whole query, all rounds together.
     Iterative deepening: rounds bounded by ``radius`` (a distance; ``inf`` for a single
     unbounded round), grown by ``growth`` until a round finds the k best (each round is
     exact below its bound), the radius covers every point the constraints allow, or
@@ -205,7 +206,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
             coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
-            max_depth_nodes, max_pops, bound, klo, khi)
+            max_depth_nodes, max_pops - pops, bound, klo, khi)
         kd_pops += kp
         evaluated += ev
         pops += po

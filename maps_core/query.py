@@ -298,9 +298,11 @@ def _piece_holding(
     return lo, hi
 
 
-# Boxes a query may pop inside mixed regions before giving up (exactness is never traded:
-# a query that needs more fails with BudgetExceededError, suggesting a larger build budget).
-MAX_MIXED_POPS = 5_000_000
+# Boxes a query may pop inside mixed regions, all deepening rounds together, before giving
+# up (exactness is never traded: a query that needs more fails with BudgetExceededError).
+# It was 5M per round, up to 25 rounds: a Credit RF 200x8 query took 3.5-8 minutes and a
+# 2.5 GB queue to fail. The slowest Credit RF 100x5 queries that succeed pop ~1.1M boxes.
+MAX_MIXED_POPS = 2_000_000
 
 # Iterative deepening on maps with mixed regions: a search bounded by a distance clips
 # every box to the cells that may lie nearer (``lazy.clip_to_ball``), which spares it the
