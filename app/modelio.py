@@ -51,7 +51,11 @@ ModelFormat = str
 #: Types outside skops' default trust list that a fitted scikit-learn tree model contains.
 #: Kept exact (no prefixes): a prefix like ``numpy.`` would admit e.g. ``numpy.memmap``, whose
 #: constructor opens files.
-ALLOWED_UNTRUSTED: frozenset[str] = frozenset({"sklearn.tree._tree.Tree"})
+ALLOWED_UNTRUSTED: frozenset[str] = frozenset({
+    "sklearn.tree._tree.Tree",
+    # HistGradientBoostingClassifier's trees: node arrays and bitsets, checked by the adapter
+    "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+})
 
 SKOPS_HOWTO = (
     "export the model with skops instead: `import skops.io; skops.io.dump(model, "

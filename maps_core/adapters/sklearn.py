@@ -1,8 +1,14 @@
 """scikit-learn tree ensembles -> :class:`~maps_core.ensemble.FlatEnsemble`.
 
 Supported: ``DecisionTreeClassifier``, ``ExtraTreeClassifier``, ``RandomForestClassifier``,
-``ExtraTreesClassifier`` (soft voting: averaged leaf probabilities) and
-``GradientBoostingClassifier`` (summed leaf values times the learning rate, plus the prior).
+``ExtraTreesClassifier`` (soft voting: averaged leaf probabilities),
+``GradientBoostingClassifier`` (summed leaf values times the learning rate, plus the prior)
+and ``HistGradientBoostingClassifier`` (its baseline plus the leaf values, which already
+hold the learning rate). The first four compare ``float32(x) <= t``; histogram gradient
+boosting compares the raw float64 input, ``x <= t`` (split rule ``float64<=``), and predicts
+class 1 iff ``expit(raw) > 0.5`` (the argmax of ``[1 - p, p]``: class 0 at a raw score of
+0), or the argmax of the raw scores. Its categorical splits are refused; a NaN input
+would follow each node's ``missing_go_to_left``, but cfmaps refuses NaN in queries.
 """
 
 from __future__ import annotations
@@ -13,12 +19,13 @@ import numpy as np
 
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
-from ..splits import FLOAT32_LE
+from ..splits import FLOAT32_LE, FLOAT64_LE
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
 _BOOSTING = ("GradientBoostingClassifier",)
-SUPPORTED = _TREES + _FORESTS + _BOOSTING
+_HIST = ("HistGradientBoostingClassifier",)
+SUPPORTED = _TREES + _FORESTS + _BOOSTING + _HIST
 
 
 def _py(v: Any) -> Any:
@@ -100,6 +107,45 @@ def _estimators(model: Any) -> list[Any]:
         raise UnsupportedModelError(f"malformed estimators_: {exc}") from exc
 
 
+def _hist_predictors(model: Any) -> list[tuple[int, Any]]:
+    """(class column, predictor) of a HistGradientBoostingClassifier, in summation order."""
+    out = []
+    for stage in getattr(model, "_predictors", None) or []:
+        for k, pred in enumerate(stage):
+            out.append((k, pred))
+    return out
+
+
+def hist_tree_problem(nodes: Any, n_features: Any) -> str | None:
+    """What is wrong with a histogram tree's node array (``TreePredictor.nodes``), or None:
+    the same promises as :func:`tree_problem` (scikit-learn's compiled predict trusts
+    them), plus no categorical split (not supported)."""
+    names = getattr(getattr(nodes, "dtype", None), "names", None) or ()
+    need = ("value", "feature_idx", "num_threshold", "left", "right", "is_leaf", "is_categorical")
+    if not all(n in names for n in need):
+        return "not a histogram-gradient-boosting node array"
+    n = nodes.shape[0]
+    if n < 1:
+        return "an empty tree"
+    leaf = nodes["is_leaf"].astype(bool)
+    inner = ~leaf
+    idx = np.arange(n)
+    left, right = nodes["left"].astype(np.int64), nodes["right"].astype(np.int64)
+    kids = np.concatenate([left[inner], right[inner]])
+    if np.any(nodes["is_categorical"][inner]):
+        return ("categorical splits are not supported (one-hot encode the categories and "
+                "declare them as a group)")
+    if (kids.size != n - 1 or not np.array_equal(np.sort(kids), np.arange(1, n))
+            or np.any(left[inner] <= idx[inner]) or np.any(right[inner] <= idx[inner])):
+        return "children out of range, shared, or not after their parent"
+    feats = nodes["feature_idx"][inner]
+    if n_features is not None and feats.size and (feats.min() < 0 or feats.max() >= int(n_features)):
+        return "a split feature out of range"
+    if not (np.all(np.isfinite(nodes["num_threshold"][inner])) and np.all(np.isfinite(nodes["value"][leaf]))):
+        return "a non-finite threshold or leaf value"
+    return None
+
+
 def check_trees(model: Any) -> None:
     """Refuse a model holding a malformed tree (see :func:`tree_problem`).
 
@@ -109,6 +155,10 @@ def check_trees(model: Any) -> None:
         Naming the tree and its problem.
     """
     n_features = getattr(model, "n_features_in_", None)
+    for k, (_, pred) in enumerate(_hist_predictors(model)):
+        problem = hist_tree_problem(getattr(pred, "nodes", None), n_features)
+        if problem:
+            raise UnsupportedModelError(f"the model holds a malformed tree #{k}: {problem}")
     for k, est in enumerate(_estimators(model)):
         tree = getattr(est, "tree_", None)
         if tree is None:
@@ -164,6 +214,8 @@ def flatten(model: Any) -> FlatEnsemble:
         For any other object, an unfitted model, or a multi-output model.
     """
     kind = _check(model)
+    if kind in _HIST:
+        return _flatten_hist(model)
     m = int(model.n_features_in_)
     classes = [_py(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
@@ -220,6 +272,60 @@ def flatten(model: Any) -> FlatEnsemble:
         base=base,
         tie_break=tie_break,
         split_rule=FLOAT32_LE,  # sklearn compares float32(x) <= t (t float64)
+    )
+
+
+def _flatten_hist(model: Any) -> FlatEnsemble:
+    """A HistGradientBoostingClassifier as a flat ensemble (see the module docs)."""
+    m = int(model.n_features_in_)
+    classes = [_py(c) for c in np.asarray(model.classes_)]
+    n_classes = len(classes)
+    binary = n_classes == 2
+    if getattr(model, "is_categorical_", None) is not None and np.any(model.is_categorical_):
+        raise UnsupportedModelError(
+            "HistGradientBoostingClassifier with categorical features is not supported; "
+            "one-hot encode the categories and declare them as a group in the spec")
+    baseline = np.asarray(model._baseline_prediction, dtype=np.float64).ravel()
+    feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
+    offset = 0
+    for k, pred in _hist_predictors(model):
+        nodes = pred.nodes
+        problem = hist_tree_problem(nodes, m)
+        if problem:
+            raise UnsupportedModelError(f"a tree of the model is malformed: {problem}")
+        leaf = nodes["is_leaf"].astype(bool)
+        n = nodes.shape[0]
+        feats.append(np.where(leaf, -1, nodes["feature_idx"]).astype(np.int32))
+        thrs.append(np.where(leaf, 0.0, nodes["num_threshold"]).astype(np.float64))
+        lefts.append(np.where(leaf, -1, nodes["left"].astype(np.int64) + offset).astype(np.int32))
+        rights.append(np.where(leaf, -1, nodes["right"].astype(np.int64) + offset).astype(np.int32))
+        value = np.zeros((n, n_classes))
+        value[leaf, 1 if binary else k] = nodes["value"][leaf]
+        vals.append(value)
+        roots.append(offset)
+        offset += n
+    if not roots:
+        raise UnsupportedModelError("the HistGradientBoostingClassifier has no trees")
+    base = np.zeros(n_classes)
+    if binary:
+        base[1] = baseline[0]
+    else:
+        base[:] = baseline
+    names = getattr(model, "feature_names_in_", None)
+    return FlatEnsemble(
+        kind="HistGradientBoostingClassifier",
+        n_features=m,
+        classes=classes,
+        feature_names=None if names is None else [str(n) for n in names],
+        node_feature=np.concatenate(feats),
+        node_threshold=np.concatenate(thrs),
+        node_left=np.concatenate(lefts),
+        node_right=np.concatenate(rights),
+        node_value=np.concatenate(vals),
+        roots=np.array(roots, dtype=np.int32),
+        base=base,
+        tie_break="low",  # binary: expit(0) = 0.5 is class 0; multiclass: first argmax
+        split_rule=FLOAT64_LE,  # x <= t on the raw float64 input
     )
 
 

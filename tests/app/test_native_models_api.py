@@ -101,3 +101,22 @@ def test_unsupported_xgboost_files_get_a_422(service: Service, tmp_path) -> None
     # a wrong feature count against the spec
     r = upload(service.client, data, {"features": [{"name": "a"}, {"name": "b"}]})
     assert r.status_code == 422 and r.json()["field"] == "spec.features"
+
+
+def test_hist_gradient_boosting_through_skops(service: Service) -> None:
+    import skops.io as sio
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(800, 4))
+    y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
+    model = HistGradientBoostingClassifier(max_iter=20, max_depth=3, random_state=0).fit(X, y)
+    r = upload(service.client, sio.dumps(model))
+    assert r.status_code == 202, r.text
+    info = wait_built(service.client, r.json()["id"])
+    assert info["status"] == "ready" and info["model_type"] == "HistGradientBoostingClassifier"
+    url = f"/v1/models/{info['id']}/counterfactuals"
+    for x in X[:10]:
+        doc = service.client.post(url, json={"instance": x.tolist(), "norm": "l1"}).json()
+        cf = np.array([doc["counterfactual"][f"x{i}"] for i in range(4)])
+        assert model.predict(cf[None])[0] == doc["target"] != doc["prediction"]

@@ -1,0 +1,79 @@
+"""scikit-learn's HistGradientBoostingClassifier: raw float64 splits (x <= t), its baseline,
+and its own predict as the reference."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+from maps_core import CounterfactualMaps, UnsupportedModelError, flatten_model
+
+
+def _data(n_classes: int, seed: int = 0, n: int = 1500, m: int = 4):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, m))
+    y = ((X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int) if n_classes == 2
+         else (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5))
+    return X, y
+
+
+def _thresholds(model, f):
+    return np.unique(np.concatenate([
+        p.nodes["num_threshold"][(p.nodes["is_leaf"] == 0) & (p.nodes["feature_idx"] == f)]
+        for stage in model._predictors for p in stage]))
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_faithful_to_predict_everywhere(n_classes):
+    X, y = _data(n_classes)
+    model = HistGradientBoostingClassifier(max_iter=30, max_depth=3, random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(model)
+    assert flatten_model(model).split_rule == "float64<="
+    rng = np.random.default_rng(1)
+    rows = [X, rng.normal(scale=2.0, size=(100_000, 4))]
+    for f in range(4):
+        t = _thresholds(model, f)
+        vals = np.concatenate([t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf)])
+        P = X[rng.integers(0, len(X), size=vals.size)].copy()
+        P[:, f] = vals
+        rows.append(P)
+    P = np.vstack(rows)
+    assert np.array_equal(np.asarray(maps.predict(P)), model.predict(P))
+
+
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+def test_distances_equal_the_brute_force(norm):
+    X, y = _data(2, seed=3, m=3)
+    model = HistGradientBoostingClassifier(max_iter=4, max_depth=2, random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(model)
+    cuts = [_thresholds(model, f) for f in range(3)]
+    reps = [np.concatenate([c, [c[-1] + 1.0]]) if c.size else np.array([0.0]) for c in cuts]
+    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
+    pts = np.column_stack([reps[f][idx[:, f]] for f in range(3)])
+    labels = model.predict(pts)
+    lows = [np.concatenate([[-np.inf], c]) for c in cuts]
+    highs = [np.concatenate([c, [np.inf]]) for c in cuts]
+    rng = np.random.default_rng(4)
+    for x in X[rng.choice(len(X), 8, replace=False)]:
+        w = rng.uniform(0.3, 2.0, size=3)
+        for target in (0, 1):
+            mask = labels == target
+            lo = np.column_stack([lows[f][idx[mask, f]] for f in range(3)])
+            hi = np.column_stack([highs[f][idx[mask, f]] for f in range(3)])
+            delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * w
+            want = {"l1": delta.sum(1), "l2": np.sqrt((delta**2).sum(1)), "linf": delta.max(1)}[norm].min()
+            res = maps.counterfactual(x, target, norm=norm, weights=w)
+            assert res.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
+            assert model.predict(res.best.x[None])[0] == target
+
+
+def test_categorical_features_are_refused():
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.integers(0, 6, 1000), rng.normal(size=1000)])
+    y = np.isin(X[:, 0], (1, 3, 4)).astype(int)
+    model = HistGradientBoostingClassifier(max_iter=3, categorical_features=[0], random_state=0).fit(X, y)
+    with pytest.raises(UnsupportedModelError, match="categorical"):
+        flatten_model(model)
