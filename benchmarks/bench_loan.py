@@ -40,6 +40,11 @@ MODELS = {
     "credit-rf200x8": ("Credit", "rf", 200, 8),
     "adult-gb300x4": ("Adult", "gb", 300, 4),
 }
+#: issue 15: XGBoost and LightGBM, read from their own files (``--models native``)
+NATIVE = {
+    f"{ds.lower()}-{kind}{n}x{d}": (ds, kind, n, d)
+    for ds in ("Credit", "Adult", "FICO") for kind in ("xgb", "lgbm") for n, d in ((100, 5), (500, 6))
+}
 NORMS = ("l1", "l2", "linf")
 TARGETS = {"p50": 2.0, "p99": 50.0, "max": 500.0, "T0": 10.0, "peak_mb": 1024.0}
 
@@ -69,7 +74,34 @@ def _model(kind: str, trees: int, depth: int) -> Any:
 
     if kind == "rf":
         return RandomForestClassifier(trees, max_depth=depth, random_state=0, n_jobs=2)
+    if kind == "xgb":
+        import xgboost
+
+        return xgboost.XGBClassifier(n_estimators=trees, max_depth=depth, random_state=0, n_jobs=2)
+    if kind == "lgbm":
+        import lightgbm
+
+        return lightgbm.LGBMClassifier(n_estimators=trees, max_depth=depth, num_leaves=2**depth,
+                                       random_state=0, n_jobs=2, verbose=-1)
     return GradientBoostingClassifier(n_estimators=trees, max_depth=depth, random_state=0)
+
+
+def _as_served(kind: str, model: Any) -> Any:
+    """The model as the service reads it: XGBoost and LightGBM models go through their
+    saved files and cfmaps' own parsers (the libraries only train them here)."""
+    import tempfile
+
+    if kind == "xgb":
+        from maps_core.adapters.xgboost_json import parse_xgboost
+
+        path = Path(tempfile.mkdtemp()) / "model.json"
+        model.save_model(path)
+        return parse_xgboost(path.read_bytes())
+    if kind == "lgbm":
+        from maps_core.adapters.lightgbm_text import parse_lightgbm
+
+        return parse_lightgbm(model.booster_.model_to_string())
+    return model
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -83,7 +115,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 
     data = load_csv(SHARED / "datasets" / f"{spec['dataset']}.csv")
     Xtr, Xte, ytr, _ = train_test_split(data.X, data.y, test_size=0.2, random_state=0)
-    model = _model(spec["kind"], spec["trees"], spec["depth"]).fit(Xtr, ytr)
+    trained = _model(spec["kind"], spec["trees"], spec["depth"]).fit(Xtr, ytr)
+    model = _as_served(spec["kind"], trained)
     # compile the kernels on a tiny model first: JIT time is not build time
     warm = RandomForestClassifier(2, max_depth=2, random_state=0).fit(Xtr[:300], ytr[:300])
     CounterfactualMaps.build(warm, data.schema).counterfactual(Xte[0])
@@ -118,7 +151,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                     fails += 1
                     r = None
                 lat.append(time.perf_counter() - s)
-                if r is not None and r.best is not None and model.predict(r.best.x[None])[0] != r.target:
+                if r is not None and r.best is not None and trained.predict(r.best.x[None])[0] != r.target:
                     invalid += 1
                 if time.perf_counter() > stop:
                     break
@@ -164,7 +197,8 @@ def _header(env: dict[str, Any], load: str, command: str) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(MODELS), help=f"among {', '.join(MODELS)}")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help=f"among {', '.join(MODELS)}; or 'native' for the XGBoost/LightGBM set")
     ap.add_argument("--queries", type=int, default=1000, help="test rows, and as many uniform")
     ap.add_argument("--norms", default=",".join(NORMS))
     ap.add_argument("--time-budget", type=float, default=300.0, help="seconds of queries per norm")
@@ -189,8 +223,9 @@ def main() -> None:
         _scaling(a, base, env, load_average)
         return
     rows = []
-    for name in a.models.split(","):
-        ds, kind, trees, depth = MODELS[name]
+    names = list(NATIVE) if a.models == "native" else a.models.split(",")
+    for name in names:
+        ds, kind, trees, depth = {**MODELS, **NATIVE}[name]
         r = run_subprocess({**base, "name": name, "dataset": ds, "kind": kind, "trees": trees,
                             "depth": depth}, None)
         assert r is not None

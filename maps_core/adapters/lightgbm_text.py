@@ -9,7 +9,13 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
 * every tree's ``leaf_value`` already holds the shrinkage, and the first trees hold the
   initial score (``boost_from_average``), so there is no separate base score;
 * ``average_output`` (random-forest mode): the raw score is the trees' mean;
-* a split sends ``x`` left iff ``x <= threshold`` in float64 (split rule ``float64<=``).
+* a split sends ``x`` left iff ``x <= threshold`` in float64 (split rule ``float64<=``),
+  on LightGBM's view of ``x``: reading a row, it drops every value with
+  ``|x| <= kZeroThreshold`` (``1e-35`` as a float32, :data:`K_ZERO`) as a sparse zero, so
+  such inputs are 0.0. The adapter folds that into the thresholds: a threshold in
+  ``[0, K_ZERO)`` becomes ``K_ZERO``, one in ``[-K_ZERO, 0)`` becomes the float64 below
+  ``-K_ZERO``; then ``x <= t`` on the raw input is LightGBM's decision everywhere (its
+  splits between negative values and zero sit at ``-K_ZERO`` itself, where this matters).
   ``decision_type`` bit 0 marks a categorical split, bit 1 the default direction of a
   missing value, bits 2-3 the missing type (0 none: NaN is read as 0.0; 1 zero: 0.0 is
   missing and goes the default way; 2 NaN: NaN goes the default way). cfmaps refuses NaN
@@ -36,9 +42,12 @@ from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT64_LE
 
-__all__ = ["LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "parse_lightgbm"]
+__all__ = ["K_ZERO", "LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "effective_thresholds",
+           "lightgbm_view", "parse_lightgbm"]
 
 _OBJECTIVES = ("binary", "multiclass", "multiclassova")
+#: LightGBM's kZeroThreshold (1e-35f): inputs with ``|x| <= K_ZERO`` are read as 0.0.
+K_ZERO = float(np.float32(1e-35))
 
 
 @dataclass
@@ -112,7 +121,23 @@ class LightGBMModel:
         return np.argmax(self.predict_proba(X), axis=1)
 
 
+def lightgbm_view(X: np.ndarray) -> np.ndarray:
+    """Inputs as LightGBM reads them: ``|x| <= K_ZERO`` is 0.0."""
+    return np.where(np.abs(X) <= K_ZERO, 0.0, X)
+
+
+def effective_thresholds(t: np.ndarray) -> np.ndarray:
+    """Thresholds for which ``x <= t`` on the raw input equals LightGBM's decision on its
+    view of ``x`` (see the module docs)."""
+    t = np.asarray(t, dtype=np.float64).copy()
+    near = (t >= -K_ZERO) & (t < K_ZERO)
+    t[near & (t >= 0)] = K_ZERO
+    t[near & (t < 0)] = np.nextafter(-K_ZERO, -np.inf)
+    return t
+
+
 def _tree_values(t: _Tree, X: np.ndarray) -> np.ndarray:
+    X = lightgbm_view(X)
     n = X.shape[0]
     if t.split_feature.size == 0:
         return np.full(n, t.leaf_value[0])
@@ -278,7 +303,7 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
         right = np.full(n, -1, dtype=np.int32)
         value = np.zeros((n, n_classes))
         feature[:n_int] = t.split_feature
-        threshold[:n_int] = t.threshold
+        threshold[:n_int] = effective_thresholds(t.threshold)
 
         def node(c: np.ndarray, n_int: int = n_int, offset: int = offset) -> np.ndarray:
             return np.where(c >= 0, c, n_int + ~c) + offset

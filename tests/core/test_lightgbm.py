@@ -143,3 +143,33 @@ def test_refusals_name_the_problem():
     assert "num_cat=0" not in text.split("Tree=0", 1)[1].split("\n\n", 1)[0]
     with pytest.raises(UnsupportedModelError, match="categorical"):
         parse_lightgbm(text)
+
+
+def test_inputs_lightgbm_reads_as_zero():
+    """LightGBM reads |x| <= 1e-35 (as a float32) as 0.0, and puts its splits between
+    negative values and zero at -1e-35 itself: points in and around that zone must go
+    where LightGBM sends them (found by the loan benchmark: a counterfactual at
+    -1.0000000180025095e-35 was predicted another class)."""
+    from maps_core.adapters.lightgbm_text import K_ZERO
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 3))
+    X[:, 0] = rng.choice([-2.0, -1.0, 0.0, 0.0, 1.0, 2.0], size=2000)
+    y = ((X[:, 0] == 0) ^ (X[:, 1] > 0.3)).astype(int)
+    clf = lgb.LGBMClassifier(n_estimators=20, num_leaves=6, verbose=-1, random_state=0).fit(X, y)
+    text = clf.booster_.model_to_string()
+    assert "e-35" in text  # LightGBM did split at its zero threshold
+    model = parse_lightgbm(text)
+    maps = CounterfactualMaps.build(model)
+    zone = np.array([0.0, -0.0, 1e-36, -1e-36, K_ZERO, -K_ZERO, np.nextafter(K_ZERO, 1),
+                     np.nextafter(-K_ZERO, -1), 1e-30, -1e-30, 5e-324, -5e-324])
+    P = np.repeat(X[:200], zone.size, axis=0)
+    P[:, 0] = np.tile(zone, 200)
+    want = clf.predict(P)
+    assert np.array_equal(model.predict(P), want)
+    assert np.array_equal(np.asarray(maps.predict(P)), want)
+    # and the answers the search returns there are LightGBM's class too
+    for x in P[::37]:
+        for target in (0, 1):
+            cf = maps.counterfactual(x, target, norm="l1").best
+            assert clf.predict(cf.x[None])[0] == target
