@@ -54,16 +54,19 @@ def fitted(request, tmp_path_factory):
 
 def test_faithful_to_xgboost_everywhere(fitted):
     """100k random points, the training rows, each float32 threshold and one float32 and
-    one float64 step either side; the margins themselves are XGBoost's bit for bit."""
+    one float64 step either side, each real boundary (halfway to the float32 below) and one
+    float64 either side; the margins themselves are XGBoost's bit for bit."""
     ref, model, X, maps = fitted
     rng = np.random.default_rng(1)
     rows = [X, rng.normal(scale=2.0, size=(100_000, X.shape[1]))]
     for f in range(X.shape[1]):
         t = np.unique(np.concatenate([tr.value[(tr.left >= 0) & (tr.feature == f)] for tr in model.trees]))
         t64 = t.astype(np.float64)
-        vals = np.concatenate([t64, np.nextafter(t64, -np.inf), np.nextafter(t64, np.inf),
-                               np.nextafter(t, np.float32(-np.inf)).astype(np.float64),
-                               np.nextafter(t, np.float32(np.inf)).astype(np.float64)])
+        below = np.nextafter(t, np.float32(-np.inf)).astype(np.float64)
+        b = (below + t64) / 2.0  # the real boundary: float32 rounding changes sides here
+        vals = np.concatenate([t64, np.nextafter(t64, -np.inf), np.nextafter(t64, np.inf), below,
+                               np.nextafter(t, np.float32(np.inf)).astype(np.float64),
+                               b, np.nextafter(b, -np.inf), np.nextafter(b, np.inf)])
         P = X[rng.integers(0, len(X), size=vals.size)].copy()
         P[:, f] = vals
         rows.append(P)
