@@ -185,9 +185,9 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete).
     """
-    # Flat from here on: _bounded_search takes every array as an argument (borrowed, so no
-    # reference counting in its loop; reading namedtuple fields there cost FI 100x5 l2
-    # queries 2x, and numba cannot inline a call of over 30 arguments).
+    # Flat from here on: _bounded_search and its loop take every array as an argument
+    # (borrowed: no reference counting; reading namedtuple fields in the loop cost FI
+    # 100x5 l2 queries 2x).
     x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat = q
     node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi = fo
     coff, clow, cupp, clcl, cucl = ce
@@ -232,10 +232,12 @@ def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
     return total
 
 
-# -- the steps of _bounded_search ----------------------------------------------------------
-# Each is inlined into _bounded_search (numba IR inlining), so the compiled search stays one
-# function: no step pays a call per popped box. They take flat arrays and return no
-# arrays, so that no reference counting happens per box (see _bounded_search).
+# -- the steps of the search loop ----------------------------------------------------------
+# Small named functions compiled without reference counting (distance.NO_NRT) and called
+# from _search_loop, itself compiled without it: they take flat arrays and return no
+# arrays, so nothing is reference-counted per popped box. Inlined (numba IR inlining) they
+# measured slower (FI 100x5: 298 against 262 us a query), and CPython passes a call of
+# over 30 arguments as *args, which numba cannot inline anyway.
 
 
 @njit(**NO_NRT)
@@ -278,7 +280,7 @@ def _expand_inner(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, 
     return n
 
 
-@njit(**NO_NRT)  # over 30 arguments: CPython passes them as *args, which numba cannot inline
+@njit(**NO_NRT)
 def _scan_leaf(x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, xcat, kstart,
                kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, cucl, roots, base, nd,
                own, best, c_lo, c_hi, c_lab, c_d, n_c, keys, vals, n, p_lo, p_hi, p_start,
@@ -358,7 +360,7 @@ def _hopeless(tmask, lb, a, tol):
     return True
 
 
-@njit(**NO_NRT)  # over 30 arguments: CPython passes them as *args, which numba cannot inline
+@njit(**NO_NRT)
 def _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff, clow,
                 cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, s2, n_free, keys, vals, n,
                 start, cs, bound, a0, a1):
