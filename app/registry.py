@@ -350,13 +350,8 @@ class Registry:
                 entry.error = None
             self._changed()
             return
-        d = self.root / entry.id
         try:
-            model, _ = modelio.load_model_file(
-                d / modelio.FILE_NAMES[entry.format],
-                trust_pickle=self.settings.trust_pickle,
-                max_unpacked_bytes=self._max_unpacked(),
-            )
+            model = self._read_model_file(entry)
         except (MapsError, ApiError, OSError, KeyError) as exc:
             self._fail_loaded(entry, f"could not read the stored model file: {_describe(exc)}")
             return
@@ -396,14 +391,19 @@ class Registry:
             progress=float(status.get("progress") or 0.0),
         )
 
+    def _read_model_file(self, entry: ModelEntry) -> Any:
+        """The model stored with ``entry``, through the same safe loader as an upload."""
+        model, _ = modelio.load_model_file(
+            self.root / entry.id / modelio.FILE_NAMES[entry.format],
+            trust_pickle=self.settings.trust_pickle,
+            max_unpacked_bytes=self._max_unpacked(),
+        )
+        return model
+
     def _load_entry(self, entry: ModelEntry) -> None:
         d = self.root / entry.id
         try:
-            model, _ = modelio.load_model_file(
-                d / modelio.FILE_NAMES[entry.format],
-                trust_pickle=self.settings.trust_pickle,
-                max_unpacked_bytes=self._max_unpacked(),
-            )
+            model = self._read_model_file(entry)
             try:
                 maps = CounterfactualMaps.load(d / MAPS_DIR)
             except IncompatibleArtifactError as exc:

@@ -72,6 +72,24 @@ def f32_real_boundary(s: np.ndarray) -> np.ndarray:
     return (s + up) / 2.0  # 25 significant bits: exact in float64
 
 
+def region_end_points(region, x):
+    """Points of ``region`` next to each finite end of each feature, the other features at
+    ``x``: the end itself when closed, else the first float64 inside, and the end rounded to
+    6 digits when that lies inside. Every one must get the region's class."""
+    pts = []
+    for f in range(x.shape[0]):
+        for end, closed, inward in ((region.lower[f], region.lower_closed[f], np.inf),
+                                    (region.upper[f], region.upper_closed[f], -np.inf)):
+            if not np.isfinite(end):
+                continue
+            for v in (end if closed else np.nextafter(end, inward), round(float(end), 6)):
+                p = x.copy()
+                p[f] = v
+                if region.contains(p):
+                    pts.append(p)
+    return np.array(pts).reshape(-1, x.shape[0])
+
+
 def brute_force(model, x, target_index, weights, norm, classes=None):
     """Exact optimum over real inputs by enumerating every cell of the threshold grid (no
     maps_core code).

@@ -41,6 +41,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT64_LE
+from ._trees import TreeStack
 
 __all__ = ["K_ZERO", "LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "effective_thresholds",
            "lightgbm_view", "parse_lightgbm"]
@@ -290,45 +291,28 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
     binary = model.objective == "binary"
     n_classes = model.n_classes
     scale = 1.0 / (len(model.trees) // k) if model.average_output else 1.0
-    feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
-    offset = 0
+    trees = TreeStack()
     for i, t in enumerate(model.trees):
         n_int, n_leaves = t.split_feature.size, t.leaf_value.size
         n = n_int + n_leaves
-        # internal nodes first (LightGBM's order, root 0), then the leaves: preorder is
-        # not needed, children only have to follow their parent, which they do
-        feature = np.full(n, -1, dtype=np.int32)
+        # internal nodes first (LightGBM's order, root 0), then leaf j as node n_int + j:
+        # children follow their parent, as TreeStack needs
+        feature = np.full(n, -1, dtype=np.int64)
         threshold = np.zeros(n)
-        left = np.full(n, -1, dtype=np.int32)
-        right = np.full(n, -1, dtype=np.int32)
+        left = np.full(n, -1, dtype=np.int64)
+        right = np.full(n, -1, dtype=np.int64)
         value = np.zeros((n, n_classes))
         feature[:n_int] = t.split_feature
         threshold[:n_int] = effective_thresholds(t.threshold)
-
-        def node(c: np.ndarray, n_int: int = n_int, offset: int = offset) -> np.ndarray:
-            return np.where(c >= 0, c, n_int + ~c) + offset
-
-        left[:n_int] = node(t.left)
-        right[:n_int] = node(t.right)
+        left[:n_int] = np.where(t.left >= 0, t.left, n_int + ~t.left)
+        right[:n_int] = np.where(t.right >= 0, t.right, n_int + ~t.right)
         value[n_int:, 1 if binary else i % k] = t.leaf_value * scale
-        feats.append(feature)
-        thrs.append(threshold)
-        lefts.append(left)
-        rights.append(right)
-        vals.append(value)
-        roots.append(offset)
-        offset += n
-    return FlatEnsemble(
+        trees.add(feature, threshold, left, right, value)
+    return trees.ensemble(
         kind=f"LightGBM({model.objective})",
         n_features=model.n_features_in_,
         classes=list(range(n_classes)),
         feature_names=list(model.feature_names),
-        node_feature=np.concatenate(feats),
-        node_threshold=np.concatenate(thrs),
-        node_left=np.concatenate(lefts),
-        node_right=np.concatenate(rights),
-        node_value=np.concatenate(vals),
-        roots=np.array(roots, dtype=np.int32),
         base=np.zeros(n_classes),
         # binary: class 1 iff sigmoid(raw) > 0.5, so raw = 0 is class 0; multiclass:
         # argmax, first index on a tie (both "low")

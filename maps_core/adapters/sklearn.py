@@ -20,6 +20,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LE, FLOAT64_LE
+from ._trees import TreeStack
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
@@ -168,22 +169,11 @@ def check_trees(model: Any) -> None:
             raise UnsupportedModelError(f"the model holds a malformed tree #{k}: {problem}")
 
 
-def _append_tree(tree: Any, values: np.ndarray, acc: dict[str, list[np.ndarray]], n_features: int) -> None:
+def _append_tree(tree: Any, values: np.ndarray, trees: TreeStack, n_features: int) -> None:
     problem = tree_problem(tree, n_features)
     if problem:
         raise UnsupportedModelError(f"a tree of the model is malformed: {problem}")
-    offset = sum(a.shape[0] for a in acc["feature"])
-    feat = tree.feature.astype(np.int32)
-    left = tree.children_left.astype(np.int32)
-    right = tree.children_right.astype(np.int32)
-    leaf = left < 0
-    feat = np.where(leaf, -1, feat).astype(np.int32)
-    acc["feature"].append(feat)
-    acc["threshold"].append(np.where(leaf, 0.0, tree.threshold).astype(np.float64))
-    acc["left"].append(np.where(leaf, -1, left + offset).astype(np.int32))
-    acc["right"].append(np.where(leaf, -1, right + offset).astype(np.int32))
-    acc["value"].append(values.astype(np.float64))
-    acc["root"].append(np.array([offset], dtype=np.int32))
+    trees.add(tree.feature, tree.threshold, tree.children_left, tree.children_right, values)
 
 
 def _proba_values(tree: Any) -> np.ndarray:
@@ -219,9 +209,7 @@ def flatten(model: Any) -> FlatEnsemble:
     m = int(model.n_features_in_)
     classes = [_py(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
-    acc: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("feature", "threshold", "left", "right", "value", "root")
-    }
+    acc = TreeStack()
     base = np.zeros(n_classes, dtype=np.float64)
     tie_break = "low"
     if kind in _TREES:
@@ -258,17 +246,11 @@ def flatten(model: Any) -> FlatEnsemble:
                     leaf[:, k] = lr * est.tree_.value[:, 0, 0]
                     _append_tree(est.tree_, leaf, acc, m)
     names = getattr(model, "feature_names_in_", None)
-    return FlatEnsemble(
+    return acc.ensemble(
         kind=kind,
         n_features=int(model.n_features_in_),
         classes=classes,
         feature_names=None if names is None else [str(n) for n in names],
-        node_feature=np.concatenate(acc["feature"]),
-        node_threshold=np.concatenate(acc["threshold"]),
-        node_left=np.concatenate(acc["left"]),
-        node_right=np.concatenate(acc["right"]),
-        node_value=np.concatenate(acc["value"]),
-        roots=np.concatenate(acc["root"]),
         base=base,
         tie_break=tie_break,
         split_rule=FLOAT32_LE,  # sklearn compares float32(x) <= t (t float64)
@@ -286,43 +268,29 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
             "HistGradientBoostingClassifier with categorical features is not supported; "
             "one-hot encode the categories and declare them as a group in the spec")
     baseline = np.asarray(model._baseline_prediction, dtype=np.float64).ravel()
-    feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
-    offset = 0
+    trees = TreeStack()
     for k, pred in _hist_predictors(model):
         nodes = pred.nodes
         problem = hist_tree_problem(nodes, m)
         if problem:
             raise UnsupportedModelError(f"a tree of the model is malformed: {problem}")
         leaf = nodes["is_leaf"].astype(bool)
-        n = nodes.shape[0]
-        feats.append(np.where(leaf, -1, nodes["feature_idx"]).astype(np.int32))
-        thrs.append(np.where(leaf, 0.0, nodes["num_threshold"]).astype(np.float64))
-        lefts.append(np.where(leaf, -1, nodes["left"].astype(np.int64) + offset).astype(np.int32))
-        rights.append(np.where(leaf, -1, nodes["right"].astype(np.int64) + offset).astype(np.int32))
-        value = np.zeros((n, n_classes))
+        value = np.zeros((nodes.shape[0], n_classes))
         value[leaf, 1 if binary else k] = nodes["value"][leaf]
-        vals.append(value)
-        roots.append(offset)
-        offset += n
-    if not roots:
-        raise UnsupportedModelError("the HistGradientBoostingClassifier has no trees")
+        left = np.where(leaf, -1, nodes["left"].astype(np.int64))  # uint32 in scikit-learn
+        right = np.where(leaf, -1, nodes["right"].astype(np.int64))
+        trees.add(nodes["feature_idx"], nodes["num_threshold"], left, right, value)
     base = np.zeros(n_classes)
     if binary:
         base[1] = baseline[0]
     else:
         base[:] = baseline
     names = getattr(model, "feature_names_in_", None)
-    return FlatEnsemble(
+    return trees.ensemble(
         kind="HistGradientBoostingClassifier",
         n_features=m,
         classes=classes,
         feature_names=None if names is None else [str(n) for n in names],
-        node_feature=np.concatenate(feats),
-        node_threshold=np.concatenate(thrs),
-        node_left=np.concatenate(lefts),
-        node_right=np.concatenate(rights),
-        node_value=np.concatenate(vals),
-        roots=np.array(roots, dtype=np.int32),
         base=base,
         tie_break="low",  # binary: expit(0) = 0.5 is class 0; multiclass: first argmax
         split_rule=FLOAT64_LE,  # x <= t on the raw float64 input

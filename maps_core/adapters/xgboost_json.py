@@ -36,6 +36,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LT
+from ._trees import TreeStack
 
 __all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "parse_xgboost"]
 
@@ -330,36 +331,22 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
     """The flat ensemble of a parsed XGBoost classifier (see the module docs)."""
     binary = model.objective == "binary:logistic"
     k = model.n_classes
-    feats, thrs, lefts, rights, vals, roots = [], [], [], [], [], []
-    offset = 0
+    trees = TreeStack()
     for t in model.trees:
-        n = t.left.size
         inner = t.left >= 0
-        feats.append(np.where(inner, t.feature, -1).astype(np.int32))
-        thrs.append(np.where(inner, t.value.astype(np.float64), 0.0))
-        lefts.append(np.where(inner, t.left + offset, -1).astype(np.int32))
-        rights.append(np.where(inner, t.right + offset, -1).astype(np.int32))
-        value = np.zeros((n, k))
+        value = np.zeros((t.left.size, k))
         value[~inner, 1 if binary else t.group] = t.value[~inner].astype(np.float64)
-        vals.append(value)
-        roots.append(offset)
-        offset += n
+        trees.add(t.feature, t.value.astype(np.float64), t.left, t.right, value)
     base = np.zeros(k)
     if binary:
         base[1] = float(model.base_margin[0])
     else:
         base[:] = model.base_margin.astype(np.float64)
-    return FlatEnsemble(
+    return trees.ensemble(
         kind=f"XGBoost({model.objective})",
         n_features=model.n_features_in_,
         classes=list(range(k)),
         feature_names=model.feature_names,
-        node_feature=np.concatenate(feats),
-        node_threshold=np.concatenate(thrs),
-        node_left=np.concatenate(lefts),
-        node_right=np.concatenate(rights),
-        node_value=np.concatenate(vals),
-        roots=np.array(roots, dtype=np.int32),
         base=base,
         tie_break="low",  # binary: a probability of exactly 0.5 is class 0; argmax: first
         split_rule=FLOAT32_LT,

@@ -13,6 +13,7 @@ import pytest
 
 from maps_core import CounterfactualMaps, UnsupportedModelError
 from maps_core.adapters.lightgbm_text import parse_lightgbm
+from tests.conftest import region_end_points
 
 lgb = pytest.importorskip("lightgbm")
 
@@ -103,13 +104,8 @@ def test_distances_equal_the_brute_force(n_classes, norm):
             cf = res.best
             assert clf.predict(cf.x[None])[0] == target
             # every real input just inside the region's ends gets the target
-            for f in range(3):
-                for end, closed, inward in ((cf.region.lower[f], cf.region.lower_closed[f], np.inf),
-                                            (cf.region.upper[f], cf.region.upper_closed[f], -np.inf)):
-                    if np.isfinite(end):
-                        p = cf.x.copy()
-                        p[f] = end if closed else np.nextafter(end, inward)
-                        assert clf.predict(p[None])[0] == target
+            P = region_end_points(cf.region, cf.x)
+            assert P.size == 0 or np.all(clf.predict(P) == target)
 
 
 def _text(**kw):

@@ -21,25 +21,9 @@ from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import CounterfactualMaps
-from tests.conftest import f32_floor, f32_real_boundary, fit, raw_thresholds
+from tests.conftest import f32_floor, f32_real_boundary, fit, raw_thresholds, region_end_points
 
 NORMS = ("l1", "l2", "linf")
-
-
-def _inside_points(region, x):
-    """Points of the region next to each finite end of each feature (the others at x)."""
-    pts = []
-    for f in range(x.shape[0]):
-        for end, closed, inward in ((region.lower[f], region.lower_closed[f], np.inf),
-                                    (region.upper[f], region.upper_closed[f], -np.inf)):
-            if not np.isfinite(end):
-                continue
-            for v in (end if closed else np.nextafter(end, inward), round(float(end), 6)):
-                p = x.copy()
-                p[f] = v
-                if region.contains(p):
-                    pts.append(p)
-    return np.array(pts)
 
 
 @pytest.fixture(scope="module", params=["dt", "rf", "gb"])
@@ -62,7 +46,7 @@ def test_every_input_of_a_region_gets_the_target(small, norm):
             # up to the ulp an open end costs
             assert cf.counterfactual_distance == pytest.approx(cf.distance, rel=1e-12, abs=1e-12)
             # the region is x's own cell clipped, not x: start from the returned point
-            P = _inside_points(cf.region, cf.x)
+            P = region_end_points(cf.region, cf.x)
             if P.size:
                 assert np.all(model.predict(P) == cf.target), cf.region
                 checked += len(P)
@@ -129,7 +113,7 @@ def test_gradient_boosting_region_promise():
     for x in X[:30]:
         for norm in NORMS:
             cf = maps.counterfactual(x, norm=norm).best
-            P = _inside_points(cf.region, cf.x)
+            P = region_end_points(cf.region, cf.x)
             assert model.predict(cf.x[None])[0] == cf.target
             if P.size:
                 assert np.all(model.predict(P) == cf.target)
