@@ -350,8 +350,10 @@ def _stays(engine: SearchEngine, x: np.ndarray, rid: int, pred: int, cmin: np.nd
     return SearchOutput(prediction=pred, found=[f])
 
 
-def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions) -> SearchOutput:
-    """Run one query (``x`` already validated, shape (m,))."""
+def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
+           max_boxes: int = MAX_MIXED_POPS) -> SearchOutput:
+    """Run one query (``x`` already validated, shape (m,)); at most ``max_boxes`` boxes of
+    mixed regions are popped (:class:`BudgetExceededError` beyond)."""
     part = engine.partition
     rid = int(locate_rect(engine, x[None, :])[0])
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
@@ -373,13 +375,13 @@ def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOp
     if opts.norm_code != L0 and engine.has_mixed:
         radius = DEEPEN_START * opts.scale
     c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(
-        q, engine.forest, engine.cells, engine.kernel, MAX_MIXED_POPS, radius, DEEPEN_GROWTH,
+        q, engine.forest, engine.cells, engine.kernel, max_boxes, radius, DEEPEN_GROWTH,
         DEEPEN_ROUNDS)
     if not complete:
         raise BudgetExceededError(
-            f"this query needed more than {MAX_MIXED_POPS:,} boxes of the regions the build "
-            "left unresolved; rebuild the maps with a larger budget (max_seconds / "
-            "max_rectangles)"
+            f"this query needed more than {max_boxes:,} boxes of the regions the build "
+            "left unresolved (its search budget, max_boxes); rebuild the maps with a larger "
+            "budget (max_seconds / max_rectangles)"
         )
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = engine.classify(g.cell_points((t_lo + t_hi) // 2))

@@ -12,6 +12,7 @@ from maps_core import (
     CorruptArtifactError,
     CounterfactualMaps,
     IncompatibleArtifactError,
+    InvalidQueryError,
 )
 from tests.conftest import fit, synthetic
 
@@ -135,23 +136,33 @@ def test_mixed_search_matches_complete_maps(budgeted, norm, deepening):
     assert refined > 0
 
 
-def test_query_budget_in_mixed_regions(budgeted, monkeypatch):
-    """A query that would pop more mixed-region boxes than the search allows fails with
-    BudgetExceededError (the service's 422 budget_exceeded), not a generic error."""
-    import maps_core.query
-
+def test_query_budget_in_mixed_regions(budgeted):
+    """A query that would pop more mixed-region boxes than its ``max_boxes`` allows fails
+    with BudgetExceededError (the service's 422 budget_exceeded), not a generic error; the
+    ones that fit give the same exact answers as without the limit."""
     model, X, _, part = budgeted
-    monkeypatch.setattr(maps_core.query, "MAX_MIXED_POPS", 1)
     stuck = 0
     for x in X[:25]:
+        free = part.counterfactual(x, norm="l2")
         try:
-            r = part.counterfactual(x, norm="l2")
+            r = part.counterfactual(x, norm="l2", max_boxes=1)
         except BudgetExceededError as exc:
-            assert "rebuild the maps with a larger budget" in str(exc)
+            assert "more than 1 boxes" in str(exc) and "max_boxes" in str(exc)
+            assert free.stats.regions_refined > 1
             stuck += 1
         else:
+            assert r.stats.regions_refined <= 1
+            assert r.best.distance == free.best.distance
             assert model.predict(r.best.x[None])[0] == r.target
     assert stuck > 0
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
+def test_query_budget_must_be_a_positive_integer(budgeted, bad):
+    _, X, _, part = budgeted
+    with pytest.raises(InvalidQueryError, match="max_boxes") as exc:
+        part.counterfactual(X[0], max_boxes=bad)
+    assert exc.value.field == "max_boxes"
 
 
 def test_k_best_with_mixed_regions_are_distinct_and_exact(built, deepening):
