@@ -1,0 +1,176 @@
+"""Two-feature slices of a map through an instance: what the explorer page draws.
+
+A slice fixes every feature of ``x`` but two, ``a`` (horizontal) and ``b`` (vertical), and
+labels a ``height x width`` raster of their values. Pixel ``(r, c)`` stands for the point
+with
+
+* ``a = a_lo + (c + 0.5) * (a_hi - a_lo) / width``,
+* ``b = b_hi - (r + 0.5) * (b_hi - b_lo) / height`` (row 0 at the top),
+
+each rounded to the nearest integer on integral features, and everything else as in ``x``.
+Its label comes from the maps, not from sampling the model: the map is constant on every
+cell of the threshold grid, so each distinct (cell of ``a``, cell of ``b``) pair the raster
+meets is labelled once, by its certified rectangle or, inside a mixed region, by the exact
+decision the search uses (:func:`maps_core.query.locate`), and the label is spread over its
+pixels. The partition box of every pixel is returned too, so boundaries between boxes can
+be drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .exceptions import InvalidQueryError
+from .query import locate, locate_rect
+
+if TYPE_CHECKING:
+    from .maps import CounterfactualMaps
+
+#: Largest raster side accepted (pixels).
+MAX_SIDE = 2048
+
+
+@dataclass(frozen=True)
+class MapSlice:
+    """A labelled raster of a two-feature slice (see the module docs).
+
+    Attributes
+    ----------
+    features : tuple of int
+        Column indices of the horizontal and the vertical feature.
+    extent : tuple of float
+        ``(a_lo, a_hi, b_lo, b_hi)``: the value ranges the raster spans.
+    a_values : ndarray of shape (width,)
+        Value of feature ``a`` at each column's pixel centres.
+    b_values : ndarray of shape (height,)
+        Value of feature ``b`` at each row's pixel centres (row 0 at the top).
+    labels : ndarray of shape (height, width), int64
+        Class index of every pixel.
+    boxes : ndarray of shape (height, width), int64
+        Id of the partition box (certified rectangle or mixed region) holding every pixel.
+    """
+
+    features: tuple[int, int]
+    extent: tuple[float, float, float, float]
+    a_values: np.ndarray
+    b_values: np.ndarray
+    labels: np.ndarray
+    boxes: np.ndarray
+
+    def pixel_of(self, a: float, b: float) -> tuple[float, float]:
+        """Fractional (column, row) of the point ``(a, b)`` in raster coordinates."""
+        a_lo, a_hi, b_lo, b_hi = self.extent
+        w, h = self.a_values.shape[0], self.b_values.shape[0]
+        col = (a - a_lo) / (a_hi - a_lo) * w if a_hi > a_lo else w / 2
+        row = (b_hi - b) / (b_hi - b_lo) * h if b_hi > b_lo else h / 2
+        return col, row
+
+
+def axis_extent(maps: CounterfactualMaps, f: int, value: float) -> tuple[float, float]:
+    """The range feature ``f`` spans in a slice: its legal domain when finite; otherwise the
+    span of its thresholds and ``value``, padded by 10% on each unbounded side."""
+    g = maps.grid
+    lo, hi = float(g.dom_lower[f]), float(g.dom_upper[f])
+    if np.isfinite(lo) and np.isfinite(hi):
+        return lo, hi
+    pts = np.concatenate([g.thresholds(f), [value], [v for v in (lo, hi) if np.isfinite(v)]])
+    span = float(pts.max() - pts.min()) or max(1.0, abs(value))
+    a = lo if np.isfinite(lo) else float(pts.min()) - 0.1 * span
+    b = hi if np.isfinite(hi) else float(pts.max()) + 0.1 * span
+    return a, b
+
+
+def _axis_values(lo: float, hi: float, n: int, integral: bool, descending: bool) -> np.ndarray:
+    t = (np.arange(n) + 0.5) / n
+    v = hi - t * (hi - lo) if descending else lo + t * (hi - lo)
+    if integral:
+        v = np.clip(np.round(v), np.ceil(lo), np.floor(hi))
+    return v
+
+
+def map_slice(maps: CounterfactualMaps, x: np.ndarray, a: int, b: int, width: int,
+              height: int, a_range: tuple[float, float] | None = None,
+              b_range: tuple[float, float] | None = None) -> MapSlice:
+    """Label the ``height x width`` raster of the slice of ``maps`` through ``x`` along
+    features ``a`` and ``b`` (column indices).
+
+    Parameters
+    ----------
+    maps : CounterfactualMaps
+    x : ndarray of shape (n_features,)
+        A legal instance (checked).
+    a, b : int
+        Distinct features, neither a column of a one-hot group (its values are tied to the
+        group's other columns).
+    width, height : int
+        Raster size, 1 to :data:`MAX_SIDE` pixels each.
+    a_range, b_range : (float, float), optional
+        Value range to show along ``a`` (``b``), ``lo < hi``, inside the legal domain.
+        Default: :func:`axis_extent`.
+
+    Raises
+    ------
+    InvalidQueryError
+        Bad features or sizes, or an illegal ``x``.
+    """
+    names = maps.feature_names
+    X = maps._as_matrix(x)
+    m = X.shape[1]
+    for f, field in ((a, "features"), (b, "features")):
+        if not 0 <= f < m:
+            raise InvalidQueryError(f"no feature at column {f}", field)
+    if a == b:
+        raise InvalidQueryError(f"the two features must differ (both are {names[a]!r})", "features")
+    for f in (a, b):
+        grp = maps.schema[f].group
+        if grp is not None:
+            raise InvalidQueryError(f"feature {names[f]!r} is a column of the one-hot group "
+                                    f"{grp!r}; a slice takes ungrouped features", "features")
+    for v, field in ((width, "width"), (height, "height")):
+        if not 1 <= v <= MAX_SIDE:
+            raise InvalidQueryError(f"{field} must be 1 to {MAX_SIDE} pixels, got {v}", field)
+    integral = maps.grid.integral
+    a_lo, a_hi = _range(maps, a, float(X[0, a]), a_range, "a_range")
+    b_lo, b_hi = _range(maps, b, float(X[0, b]), b_range, "b_range")
+    av = _axis_values(a_lo, a_hi, width, bool(integral[a]), descending=False)
+    bv = _axis_values(b_lo, b_hi, height, bool(integral[b]), descending=True)
+    # One representative per distinct cell along each axis: the map is constant on cells.
+    ca = _cells_along(maps, X[0], a, av)
+    cb = _cells_along(maps, X[0], b, bv)
+    ua, ia, inv_a = np.unique(ca, return_index=True, return_inverse=True)
+    ub, ib, inv_b = np.unique(cb, return_index=True, return_inverse=True)
+    P = np.repeat(X, ua.size * ub.size, axis=0)
+    P[:, a] = np.tile(av[ia], ub.size)
+    P[:, b] = np.repeat(bv[ib], ua.size)
+    lab = locate(maps.engine, P).reshape(ub.size, ua.size)
+    box = locate_rect(maps.engine, P).reshape(ub.size, ua.size)
+    rows, cols = inv_b.reshape(-1)[:, None], inv_a.reshape(-1)[None, :]
+    return MapSlice(features=(a, b), extent=(a_lo, a_hi, b_lo, b_hi), a_values=av, b_values=bv,
+                    labels=lab[rows, cols].astype(np.int64), boxes=box[rows, cols].astype(np.int64))
+
+
+def _range(maps: CounterfactualMaps, f: int, value: float, given: tuple[float, float] | None,
+           field: str) -> tuple[float, float]:
+    if given is None:
+        return axis_extent(maps, f, value)
+    lo, hi = float(given[0]), float(given[1])
+    d_lo, d_hi = float(maps.grid.dom_lower[f]), float(maps.grid.dom_upper[f])
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise InvalidQueryError(f"{field} must be two finite numbers lo < hi, got {given}", field)
+    if lo < d_lo or hi > d_hi:
+        raise InvalidQueryError(f"{field} [{lo}, {hi}] leaves the legal range [{d_lo}, {d_hi}] "
+                                f"of {maps.feature_names[f]!r}", field)
+    return lo, hi
+
+
+def _cells_along(maps: CounterfactualMaps, x: np.ndarray, f: int, values: np.ndarray) -> np.ndarray:
+    """Cell index of feature ``f`` at each of ``values`` (shape (n,)), the model's view."""
+    A = np.repeat(x[None, :], values.shape[0], axis=0)
+    A[:, f] = values
+    return maps.grid.cells_of(A)[:, f]
+
+
+__all__ = ["MAX_SIDE", "MapSlice", "axis_extent", "map_slice"]

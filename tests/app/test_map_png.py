@@ -1,0 +1,158 @@
+"""GET/POST /v1/models/{id}/map.png: the picture is the model's own decision, pixel for
+pixel, and bad parameters get a 422 that names them, never a 500."""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from app.mapimage import class_colours
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """RGB array (h, w, 3) of an 8-bit RGB, non-interlaced PNG (all five row filters)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    i, idat = 8, b""
+    while i < len(data):
+        (n,) = struct.unpack(">I", data[i:i + 4])
+        kind, body = data[i + 4:i + 8], data[i + 8:i + 8 + n]
+        assert struct.unpack(">I", data[i + 8 + n:i + 12 + n])[0] == zlib.crc32(kind + body)
+        if kind == b"IHDR":
+            w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert (depth, colour, interlace) == (8, 2, 0)
+        elif kind == b"IDAT":
+            idat += body
+        i += 12 + n
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(h, 1 + 3 * w)
+    out = np.zeros((h, 3 * w), dtype=np.int64)
+    for r in range(h):
+        f, line = raw[r, 0], raw[r, 1:].astype(np.int64)
+        prev = out[r - 1] if r else np.zeros(3 * w, dtype=np.int64)
+        if f == 0:
+            out[r] = line
+        elif f == 2:
+            out[r] = (line + prev) % 256
+        else:  # the encoder under test writes filter 0 only; others are not expected
+            raise AssertionError(f"unexpected PNG row filter {f}")
+    return out.reshape(h, w, 3).astype(np.uint8)
+
+
+def picture(svc, mid, **params):
+    r = svc.client.get(f"/v1/models/{mid}/map.png", params=params)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "image/png"
+    return r, decode_png(r.content)
+
+
+def centres(x, a, b, extent, w, h):
+    a_lo, a_hi, b_lo, b_hi = extent
+    av = a_lo + (np.arange(w) + 0.5) * (a_hi - a_lo) / w
+    bv = b_hi - (np.arange(h) + 0.5) * (b_hi - b_lo) / h
+    P = np.repeat(np.asarray(x, float)[None, :], h * w, axis=0)
+    P[:, a] = np.tile(av, h)
+    P[:, b] = np.repeat(bv, w)
+    return P
+
+
+@pytest.mark.parametrize("features", [(0, 1), (3, 2)])
+def test_fill_equals_predict_on_every_pixel_centre(rf_service, rf, features):
+    svc, mid = rf_service
+    a, b = features
+    x = rf.X[5]
+    w, h = 120, 90
+    r, img = picture(svc, mid, features=f"x{a},x{b}", instance=",".join(repr(float(v)) for v in x), width=w,
+                     height=h, overlay="false", a_range="-3,3", b_range="-2.5,2.5")
+    extent = json.loads(r.headers["X-Map-Extent"])
+    assert extent == [-3.0, 3.0, -2.5, 2.5]
+    labels = np.searchsorted(rf.model.classes_, rf.model.predict(centres(x, a, b, extent, w, h)))
+    expected = class_colours(2)[labels].reshape(h, w, 3)
+    assert img.shape == (h, w, 3)
+    assert np.array_equal(img, expected)
+    assert len(np.unique(labels)) == 2  # both classes are in the picture
+
+
+def test_overlay_marks_instance_and_counterfactual(rf_service, rf):
+    svc, mid = rf_service
+    x = rf.X[5]
+    body = {"features": ["x0", "x1"], "instance": list(map(float, x)), "width": 200,
+            "height": 150, "a_range": [-3, 3], "b_range": [-3, 3]}
+    r = svc.client.post(f"/v1/models/{mid}/map.png", json=body)
+    assert r.status_code == 200, r.text
+    img = decode_png(r.content)
+    col = int((x[0] + 3) / 6 * 200)
+    row = int((3 - x[1]) / 6 * 150)
+    assert tuple(img[row, col]) == (255, 255, 255)  # the instance: a white disc
+    cf = json.loads(r.headers["X-Map-Counterfactual"])
+    # the slice's counterfactual holds every other feature: the model agrees it is the target
+    q = x.copy()
+    q[0], q[1] = cf["x0"], cf["x1"]
+    assert rf.model.predict(q[None])[0] != rf.model.predict(x[None])[0]
+    ans = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                          json={"instance": list(map(float, x)),
+                                "immutable": ["x2", "x3", "x4"]}).json()
+    assert ans["counterfactual"]["x0"] == cf["x0"] and ans["counterfactual"]["x1"] == cf["x1"]
+    # the class boundary is drawn in black somewhere
+    assert (img == 0).all(axis=2).any()
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"features": "x0,nope"}, "features.1"),
+        ({"features": "x1,x1"}, "features"),
+        ({"features": "x0"}, "features"),
+        ({"width": 5000}, "width"),
+        ({"height": 0}, "height"),
+        ({"instance": "1,2"}, "instance"),
+        ({"instance": "a,b,c,d,e"}, "instance"),
+        ({"a_range": "3,1"}, "a_range"),
+        ({"a_range": "-1e9,1e9"}, None),  # inside an unbounded domain: fine
+        ({"target": "no-such-class"}, "target"),
+        ({"norm": "l7"}, "norm"),
+    ],
+)
+def test_bad_parameters_get_422_naming_them(rf_service, rf, params, field):
+    svc, mid = rf_service
+    q = {"features": "x0,x1", "instance": ",".join(repr(float(v)) for v in rf.X[0]), "width": 40, "height": 30}
+    q.update(params)
+    r = svc.client.get(f"/v1/models/{mid}/map.png", params=q)
+    if field is None:
+        assert r.status_code == 200, r.text
+        return
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field, r.json()
+
+
+def test_unknown_model_is_404_and_one_hot_columns_are_refused(service, gb3):
+    r = service.client.get("/v1/models/nope/map.png", params={"features": "a,b", "instance": "1"})
+    assert r.status_code == 404
+    spec = {"features": [{"name": "n", "type": "integer", "lower": 0, "upper": 49},
+                         {"name": "c=0", "type": "categorical", "group": "c"},
+                         {"name": "c=1", "type": "categorical", "group": "c"},
+                         {"name": "age", "type": "integer", "lower": 18, "upper": 79}]}
+    X = gb3.X.copy()
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    oh = np.column_stack([X[:, 0], X[:, 1] == 0, X[:, 1] == 1, X[:, 3]]).astype(float)
+    model = GradientBoostingClassifier(n_estimators=5, max_depth=2, random_state=0).fit(oh, gb3.y)
+    from svc_helpers import Fitted
+
+    mid = service.add(Fitted(model, oh, gb3.y).skops, spec)
+    r = service.client.post(f"/v1/models/{mid}/map.png",
+                            json={"features": ["n", "c=1"], "instance": [3, 1, 0, 30]})
+    assert r.status_code == 422 and "one-hot" in r.json()["message"], r.text
+    r = service.client.post(f"/v1/models/{mid}/map.png",
+                            json={"features": ["n", "age"], "instance": [3, 1, 0, 30], "width": 64,
+                                  "height": 48, "overlay": False})
+    assert r.status_code == 200, r.text
+    img = decode_png(r.content)
+    ext = json.loads(r.headers["X-Map-Extent"])
+    assert ext == [0.0, 49.0, 18.0, 79.0]
+    P = centres([3, 1, 0, 30], 0, 3, ext, 64, 48)
+    P[:, 0], P[:, 3] = np.round(P[:, 0]), np.round(P[:, 3])  # integer features: nearest integer
+    labels = np.searchsorted(model.classes_, model.predict(P))
+    assert np.array_equal(img, class_colours(3)[labels].reshape(48, 64, 3))
