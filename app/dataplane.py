@@ -125,7 +125,8 @@ def map_picture(
     it: ``X-Map-Extent`` (JSON ``[a_lo, a_hi, b_lo, b_hi]``), ``X-Map-Classes`` (JSON list
     of the class labels in colour order) and ``X-Map-Counterfactual`` (JSON object of the
     two features' values at the nearest counterfactual *within the slice*, i.e. with every
-    other feature held, or ``null`` when there is none).
+    other feature held and the spec's own constraints (immutable features, directions) in
+    force, or ``null`` when there is none; it may lie outside the extent drawn).
 
     Raises
     ------

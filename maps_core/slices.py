@@ -7,7 +7,8 @@ with
 * ``a = a_lo + (c + 0.5) * (a_hi - a_lo) / width``,
 * ``b = b_hi - (r + 0.5) * (b_hi - b_lo) / height`` (row 0 at the top),
 
-each rounded to the nearest integer on integral features, and everything else as in ``x``.
+each rounded to the nearest integer (half to even, ``numpy.round``) on integral features,
+and everything else as in ``x``.
 Its label comes from the maps, not from sampling the model: the map is constant on every
 cell of the threshold grid, so each distinct (cell of ``a``, cell of ``b``) pair the raster
 meets is labelled once, by its certified rectangle or, inside a mixed region, by the exact
@@ -84,9 +85,14 @@ def axis_extent(maps: CounterfactualMaps, f: int, value: float) -> tuple[float, 
 
 
 def _axis_values(lo: float, hi: float, n: int, integral: bool, descending: bool) -> np.ndarray:
-    t = (np.arange(n) + 0.5) / n
-    v = hi - t * (hi - lo) if descending else lo + t * (hi - lo)
+    # Evaluated in the documented order, operation for operation, so that a client who
+    # recomputes a pixel's centre from the extent gets the same float64 (a centre within an
+    # ulp of a threshold would otherwise land on the other side of it).
+    step = (np.arange(n) + 0.5) * (hi - lo) / n
+    v = hi - step if descending else lo + step
     if integral:
+        # np.round: half to even, as documented; the range holds an integer (checked), so
+        # the clip keeps rounded centres inside it
         v = np.clip(np.round(v), np.ceil(lo), np.floor(hi))
     return v
 
@@ -135,6 +141,10 @@ def map_slice(maps: CounterfactualMaps, x: np.ndarray, a: int, b: int, width: in
     integral = maps.grid.integral
     a_lo, a_hi = _range(maps, a, float(X[0, a]), a_range, "a_range")
     b_lo, b_hi = _range(maps, b, float(X[0, b]), b_range, "b_range")
+    for f, lo, hi, field in ((a, a_lo, a_hi, "a_range"), (b, b_lo, b_hi, "b_range")):
+        if integral[f] and np.ceil(lo) > np.floor(hi):
+            raise InvalidQueryError(f"{field} [{lo}, {hi}] holds no integer value of the "
+                                    f"integer feature {names[f]!r}", field)
     av = _axis_values(a_lo, a_hi, width, bool(integral[a]), descending=False)
     bv = _axis_values(b_lo, b_hi, height, bool(integral[b]), descending=True)
     # One representative per distinct cell along each axis: the map is constant on cells.

@@ -113,11 +113,18 @@ def test_overlay_marks_instance_and_counterfactual(rf_service, rf):
         ({"a_range": "-1e9,1e9"}, None),  # inside an unbounded domain: fine
         ({"target": "no-such-class"}, "target"),
         ({"norm": "l7"}, "norm"),
+        ({"instance": "nan,0,0,0,0"}, "instance.x0"),
+        ({"instance": "inf,0,0,0,0"}, "instance.x0"),
+        ({"width": 10**30}, "width"),
+        ({"a_range": "nan,1"}, "a_range"),
+        ({"a_range": "1,2,3"}, "a_range"),
+        ({"overlay": "maybe"}, "overlay"),
     ],
 )
 def test_bad_parameters_get_422_naming_them(rf_service, rf, params, field):
     svc, mid = rf_service
-    q = {"features": "x0,x1", "instance": ",".join(repr(float(v)) for v in rf.X[0]), "width": 40, "height": 30}
+    q = {"features": "x0,x1", "instance": ",".join(repr(float(v)) for v in rf.X[0]), "width": 40,
+         "height": 30}
     q.update(params)
     r = svc.client.get(f"/v1/models/{mid}/map.png", params=q)
     if field is None:
@@ -156,3 +163,53 @@ def test_unknown_model_is_404_and_one_hot_columns_are_refused(service, gb3):
     P[:, 0], P[:, 3] = np.round(P[:, 0]), np.round(P[:, 3])  # integer features: nearest integer
     labels = np.searchsorted(model.classes_, model.predict(P))
     assert np.array_equal(img, class_colours(3)[labels].reshape(48, 64, 3))
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"features": ["x0", "nope"]}, "features.1"),
+        ({"features": ["x2", "x2"]}, "features"),
+        ({"width": 1025}, "width"),  # the default CFMAPS_MAP_MAX_SIDE is 1024
+        ({"height": 4096}, "height"),
+        ({"width": 2.5}, "width"),
+        ({"instance": {"x0": 0.0}}, "instance"),
+        ({"b_range": [0, 0]}, "b_range"),
+    ],
+)
+def test_bad_bodies_get_422_naming_them(rf_service, rf, change, field):
+    svc, mid = rf_service
+    body = {"features": ["x0", "x1"], "instance": list(map(float, rf.X[0])), "width": 40,
+            "height": 30, **change}
+    r = svc.client.post(f"/v1/models/{mid}/map.png", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] is not None and r.json()["field"].startswith(field), r.json()
+
+
+def test_map_max_side_setting(service_factory, rf):
+    with service_factory(map_max_side=64) as svc:
+        mid = svc.add(rf.skops)
+        q = {"features": "x0,x1", "instance": ",".join(repr(float(v)) for v in rf.X[0])}
+        r = svc.client.get(f"/v1/models/{mid}/map.png", params={**q, "width": 64, "height": 64})
+        assert r.status_code == 200
+        r = svc.client.get(f"/v1/models/{mid}/map.png", params={**q, "width": 65, "height": 64})
+        assert r.status_code == 422 and r.json()["field"] == "width"
+        assert "64" in r.json()["message"]
+
+
+def test_budgeted_maps_draw_mixed_regions_exactly(service_factory, rf):
+    """A build cut short keeps mixed regions; the picture decides them exactly, so it is
+    still the model's own decision at every pixel centre."""
+    with service_factory(build_max_rectangles=20) as svc:
+        mid = svc.add(rf.skops)
+        assert svc.client.get(f"/v1/models/{mid}").json()["stats"]["mixed_regions"] > 0
+        for k, (a, b) in enumerate([(0, 1), (2, 4)]):
+            x = rf.X[10 + k]
+            w, h = 101, 77
+            r, img = picture(svc, mid, features=f"x{a},x{b}",
+                             instance=",".join(repr(float(v)) for v in x), width=w, height=h,
+                             overlay="false")
+            extent = json.loads(r.headers["X-Map-Extent"])
+            labels = np.searchsorted(rf.model.classes_,
+                                     rf.model.predict(centres(x, a, b, extent, w, h)))
+            assert np.array_equal(img, class_colours(2)[labels].reshape(h, w, 3))

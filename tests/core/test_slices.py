@@ -72,6 +72,11 @@ def test_integer_axes_take_integer_values_and_default_extent_is_the_domain():
     assert np.all(sl.a_values == np.round(sl.a_values)) and np.all(sl.b_values == np.round(sl.b_values))
     want = model.predict(pixel_points(x, 0, 2, sl, integral=(True, True)))
     assert np.array_equal(sl.labels.ravel(), want)
+    # a narrow range: rounded centres stay inside it; a range with no integer is refused
+    sl = map_slice(maps, x, 0, 1, 7, 5, a_range=(3.2, 4.6))
+    assert set(sl.a_values) == {4.0}
+    with pytest.raises(InvalidQueryError, match="no integer"):
+        map_slice(maps, x, 0, 1, 7, 5, a_range=(3.2, 3.4))
 
 
 def test_bad_slices_are_refused():
