@@ -24,7 +24,7 @@ from maps_core import CounterfactualMaps, InvalidQueryError
 from maps_core.slices import map_slice
 
 from .errors import InvalidInputError
-from .mapimage import png_bytes, render
+from .mapimage import class_colours, png_bytes, render
 from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, py_scalar, result_json
 
 __all__ = ["QueryLimits", "counterfactual_answer", "map_picture"]
@@ -123,7 +123,8 @@ def map_picture(
     """The PNG of a two-feature slice of the map through ``body.instance``
     (:mod:`maps_core.slices`, drawn by :mod:`app.mapimage`), and the headers that describe
     it: ``X-Map-Extent`` (JSON ``[a_lo, a_hi, b_lo, b_hi]``), ``X-Map-Classes`` (JSON list
-    of the class labels in colour order) and ``X-Map-Counterfactual`` (JSON object of the
+    of the class labels in colour order), ``X-Map-Colours`` (JSON list of their fill
+    colours, ``"#rrggbb"``, for a legend) and ``X-Map-Counterfactual`` (JSON object of the
     two features' values at the nearest counterfactual *within the slice*, i.e. with every
     other feature held and the spec's own constraints (immutable features, directions) in
     force, or ``null`` when there is none; it may lie outside the extent drawn).
@@ -161,6 +162,8 @@ def map_picture(
     headers = {
         "X-Map-Extent": json.dumps(list(sl.extent)),
         "X-Map-Classes": json.dumps([display(c) for c in maps.classes]),
+        "X-Map-Colours": json.dumps(["#{:02x}{:02x}{:02x}".format(*map(int, rgb))
+                                     for rgb in class_colours(len(maps.classes))]),
         "X-Map-Counterfactual": json.dumps(
             None if cf is None else {names[a]: codec.value(a, cf.x[a]),
                                      names[b]: codec.value(b, cf.x[b])}),

@@ -70,12 +70,21 @@ class MapSlice:
         return col, row
 
 
+#: How far a slice's range may reach beyond an integral feature's domain: the pixels there
+#: round to the end values (the bands of 0 and 1 of a binary feature are equally wide).
+_INTEGRAL_SLACK = 0.5
+
+
 def axis_extent(maps: CounterfactualMaps, f: int, value: float) -> tuple[float, float]:
-    """The range feature ``f`` spans in a slice: its legal domain when finite; otherwise the
-    span of its thresholds and ``value``, padded by 10% on each unbounded side."""
+    """The range feature ``f`` spans in a slice: its legal domain when finite (on an integer
+    or binary feature, half a unit more on each side, so that every value, the end ones
+    too, gets a band of the same width with the value at its centre); otherwise the span
+    of its thresholds and ``value``, padded by 10% on each unbounded side."""
     g = maps.grid
     lo, hi = float(g.dom_lower[f]), float(g.dom_upper[f])
     if np.isfinite(lo) and np.isfinite(hi):
+        if g.integral[f]:
+            return float(np.ceil(lo)) - _INTEGRAL_SLACK, float(np.floor(hi)) + _INTEGRAL_SLACK
         return lo, hi
     pts = np.concatenate([g.thresholds(f), [value], [v for v in (lo, hi) if np.isfinite(v)]])
     span = float(pts.max() - pts.min()) or max(1.0, abs(value))
@@ -84,16 +93,18 @@ def axis_extent(maps: CounterfactualMaps, f: int, value: float) -> tuple[float, 
     return a, b
 
 
-def _axis_values(lo: float, hi: float, n: int, integral: bool, descending: bool) -> np.ndarray:
+def _axis_values(lo: float, hi: float, n: int, integral: bool, descending: bool,
+                 legal: tuple[float, float]) -> np.ndarray:
     # Evaluated in the documented order, operation for operation, so that a client who
     # recomputes a pixel's centre from the extent gets the same float64 (a centre within an
     # ulp of a threshold would otherwise land on the other side of it).
     step = (np.arange(n) + 0.5) * (hi - lo) / n
     v = hi - step if descending else lo + step
     if integral:
-        # np.round: half to even, as documented; the range holds an integer (checked), so
-        # the clip keeps rounded centres inside it
-        v = np.clip(np.round(v), np.ceil(lo), np.floor(hi))
+        # np.round: half to even, as documented. The range holds a legal integer (checked),
+        # so the clip keeps rounded centres inside the range and the domain both.
+        v = np.clip(np.round(v), max(np.ceil(lo), np.ceil(legal[0])),
+                    min(np.floor(hi), np.floor(legal[1])))
     return v
 
 
@@ -114,7 +125,8 @@ def map_slice(maps: CounterfactualMaps, x: np.ndarray, a: int, b: int, width: in
     width, height : int
         Raster size, 1 to :data:`MAX_SIDE` pixels each.
     a_range, b_range : (float, float), optional
-        Value range to show along ``a`` (``b``), ``lo < hi``, inside the legal domain.
+        Value range to show along ``a`` (``b``), ``lo < hi``, inside the legal domain (on
+        an integral feature, up to half a unit beyond it, and holding a legal integer).
         Default: :func:`axis_extent`.
 
     Raises
@@ -141,12 +153,15 @@ def map_slice(maps: CounterfactualMaps, x: np.ndarray, a: int, b: int, width: in
     integral = maps.grid.integral
     a_lo, a_hi = _range(maps, a, float(X[0, a]), a_range, "a_range")
     b_lo, b_hi = _range(maps, b, float(X[0, b]), b_range, "b_range")
+    g = maps.grid
+    legal = {f: (float(g.dom_lower[f]), float(g.dom_upper[f])) for f in (a, b)}
     for f, lo, hi, field in ((a, a_lo, a_hi, "a_range"), (b, b_lo, b_hi, "b_range")):
-        if integral[f] and np.ceil(lo) > np.floor(hi):
-            raise InvalidQueryError(f"{field} [{lo}, {hi}] holds no integer value of the "
-                                    f"integer feature {names[f]!r}", field)
-    av = _axis_values(a_lo, a_hi, width, bool(integral[a]), descending=False)
-    bv = _axis_values(b_lo, b_hi, height, bool(integral[b]), descending=True)
+        if integral[f] and (max(np.ceil(lo), np.ceil(legal[f][0]))
+                            > min(np.floor(hi), np.floor(legal[f][1]))):
+            raise InvalidQueryError(f"{field} [{lo}, {hi}] holds no legal integer value of "
+                                    f"{names[f]!r}", field)
+    av = _axis_values(a_lo, a_hi, width, bool(integral[a]), False, legal[a])
+    bv = _axis_values(b_lo, b_hi, height, bool(integral[b]), True, legal[b])
     # One representative per distinct cell along each axis: the map is constant on cells.
     ca = _cells_along(maps, X[0], a, av)
     cb = _cells_along(maps, X[0], b, bv)
@@ -170,6 +185,8 @@ def _range(maps: CounterfactualMaps, f: int, value: float, given: tuple[float, f
     d_lo, d_hi = float(maps.grid.dom_lower[f]), float(maps.grid.dom_upper[f])
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
         raise InvalidQueryError(f"{field} must be two finite numbers lo < hi, got {given}", field)
+    if maps.grid.integral[f]:  # pixels beyond the domain round to its end values
+        d_lo, d_hi = d_lo - _INTEGRAL_SLACK, d_hi + _INTEGRAL_SLACK
     if lo < d_lo or hi > d_hi:
         raise InvalidQueryError(f"{field} [{lo}, {hi}] leaves the legal range [{d_lo}, {d_hi}] "
                                 f"of {maps.feature_names[f]!r}", field)

@@ -109,8 +109,8 @@ def _limits(settings: Any) -> QueryLimits:
 _PNG: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
-        "description": "The slice as a PNG; `X-Map-Extent`, `X-Map-Classes` and "
-        "`X-Map-Counterfactual` headers describe it (JSON).",
+        "description": "The slice as a PNG; `X-Map-Extent`, `X-Map-Classes`, `X-Map-Colours` "
+        "and `X-Map-Counterfactual` headers describe it (JSON).",
     },
     **_ERRORS,
 }

@@ -2,9 +2,8 @@
 // The token the user types is sent as a Bearer header and kept in this page's memory only.
 "use strict";
 
-const PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"];
 const $ = (id) => document.getElementById(id);
-const state = { model: null, features: [], groups: {}, lastAnswer: null, mapUrl: null };
+const state = { model: null, features: [], groups: {}, lastAnswer: null, mapUrl: null, mapSeq: 0 };
 
 function headers(json) {
   const h = {};
@@ -56,6 +55,9 @@ function showError(err) {
     slot = $("err-" + parts[0]);
   }
   if (input) {
+    // a constraint's control may sit in the closed <details>: open it so focus can land
+    const box = input.closest("details");
+    if (box) box.open = true;
     input.classList.add("invalid");
     input.setAttribute("aria-invalid", "true");
     input.focus();
@@ -322,8 +324,16 @@ function rangeText(r) {
   return (r.lower_closed ? "[" : "(") + lo + ", " + hi + (r.upper_closed ? "]" : ")");
 }
 
+// The API's default cost of switching category in a one-hot group: the largest weight
+// declared on its columns, else 1.
+function groupCost(group) {
+  const ws = state.groups[group].map((k) => state.features[k].weight).filter((w) => w !== null && w !== undefined);
+  return ws.length ? Math.max(...ws) : 1;
+}
+
 // One row per changed feature, a one-hot group as one row (category before -> after), with
-// its cost under the schema's default weights (a category switch costs 1); largest first.
+// its cost under the schema's default weights; largest first. Numbers stay numbers here:
+// fillRows shows them rounded and keeps the exact value in data-value (and the tooltip).
 function changeRows(changes) {
   const rows = [];
   const groups = {};
@@ -336,11 +346,11 @@ function changeRows(changes) {
       if (c.to === 1) g.to = cat;
       continue;
     }
-    rows.push([name, fmt(c.from), fmt(c.to), weightOf(f) * Math.abs(c.to - c.from)]);
+    rows.push([name, c.from, c.to, weightOf(f) * Math.abs(c.to - c.from)]);
   }
-  for (const [g, c] of Object.entries(groups)) rows.push([g, c.from, c.to, 1]);
+  for (const [g, c] of Object.entries(groups)) rows.push([g, c.from, c.to, groupCost(g)]);
   rows.sort((p, q) => q[3] - p[3]);
-  return rows.map(([n, f, t, c]) => [n, f, t, fmt(c)]);
+  return rows;
 }
 
 function fillRows(tbody, rows) {
@@ -350,7 +360,11 @@ function fillRows(tbody, rows) {
     cells.forEach((c, i) => {
       const el = document.createElement(i === 0 ? "th" : "td");
       if (i === 0) el.scope = "row"; else el.className = "num";
-      el.textContent = c;
+      if (typeof c === "number") {
+        el.dataset.value = String(c);
+        if (fmt(c) !== String(c)) el.title = String(c);
+      }
+      el.textContent = typeof c === "number" ? fmt(c) : c;
       tr.appendChild(el);
     });
     tbody.appendChild(tr);
@@ -368,8 +382,16 @@ function showAnswer(a) {
     return;
   }
   $("distance").textContent = fmt(a.distance);
+  $("distance").dataset.value = String(a.distance);
   fillRows($("changes").querySelector("tbody"), changeRows(a.changes));
-  fillRows($("region").querySelector("tbody"), Object.entries(a.region).map(([n, r]) => [n, rangeText(r)]));
+  const region = $("region").querySelector("tbody");
+  fillRows(region, Object.entries(a.region).map(([n, r]) => [n, rangeText(r)]));
+  // the exact ends, for whoever needs more than the ten digits shown
+  Object.values(a.region).forEach((r, i) => {
+    const cell = region.rows[i].cells[1];
+    cell.dataset.value = JSON.stringify(r);
+    cell.title = JSON.stringify(r);
+  });
   const alts = a.alternatives || [];
   $("alternatives-box").hidden = !alts.length;
   const ol = $("alternatives");
@@ -417,12 +439,29 @@ function zoomRange(name) {
   const c = a && a.feasible ? a.counterfactual[name] : x;
   const span = Math.max(Math.abs(c - x) * 3, (hi - lo) * 0.05, f.type === "continuous" ? 0 : 4);
   let a0 = Math.max(lo, Math.min(x, c) - span), a1 = Math.min(hi, Math.max(x, c) + span);
+  if (f.type !== "continuous") {
+    // whole bands: each integer in view gets the same width, with its value at the centre
+    a0 = Math.ceil(a0) - 0.5;
+    a1 = Math.floor(a1) + 0.5;
+  }
   if (!(a1 > a0)) return null;
   return [a0, a1];
 }
 
+function clearMap() {
+  const img = $("map-img");
+  img.removeAttribute("src");
+  img.alt = "Map slice not drawn";
+  $("map-caption").textContent = "";
+  $("map-b-name").textContent = "";
+  $("legend").innerHTML = "";
+}
+
 async function drawMap() {
   $("err-map").textContent = "";
+  // Pictures are asked for on every query and every pick of features: only the latest
+  // one may be shown, whatever order the answers arrive in.
+  const seq = ++state.mapSeq;
   const a = $("map-a").value, b = $("map-b").value;
   if (!state.model || !a || !b) return;
   const req = { features: [a, b], instance: readInstance(), width: 480, height: 360, norm: $("opt-norm").value };
@@ -439,30 +478,41 @@ async function drawMap() {
       throw new Error(body.message || res.statusText);
     }
     const blob = await res.blob();
+    if (seq !== state.mapSeq) return;
     if (state.mapUrl) URL.revokeObjectURL(state.mapUrl);
     state.mapUrl = URL.createObjectURL(blob);
     const img = $("map-img");
     img.src = state.mapUrl;
     const ext = JSON.parse(res.headers.get("X-Map-Extent"));
+    // the values an axis shows: on integer features the integers whose bands are in view
+    const span = (name, lo, hi) => {
+      const f = state.features.find((x) => x.name === name);
+      return f.type === "continuous" ? `${fmt(lo)} to ${fmt(hi)}` : `${Math.ceil(lo)} to ${Math.floor(hi)}`;
+    };
     const classes = JSON.parse(res.headers.get("X-Map-Classes"));
+    const colours = JSON.parse(res.headers.get("X-Map-Colours"));
     const cf = JSON.parse(res.headers.get("X-Map-Counterfactual"));
-    img.alt = `Classes over ${a} (${fmt(ext[0])} to ${fmt(ext[1])}) and ${b} (${fmt(ext[2])} to ${fmt(ext[3])})`
+    img.alt = `Classes over ${a} (${span(a, ext[0], ext[1])}) and ${b} (${span(b, ext[2], ext[3])})`
       + (cf ? `; nearest counterfactual in this slice at ${a} = ${fmt(cf[a])}, ${b} = ${fmt(cf[b])}.` : "; no counterfactual in this slice.");
-    $("map-caption").textContent = `${a}: ${fmt(ext[0])} to ${fmt(ext[1])} (left to right). `
-      + (cf ? `Nearest in this slice: ${a} = ${fmt(cf[a])}, ${b} = ${fmt(cf[b])}.` : "No counterfactual in this slice.");
-    $("map-b-name").textContent = `${b}: ${fmt(ext[2])} to ${fmt(ext[3])}`;
+    const outside = cf && (cf[a] < ext[0] || cf[a] > ext[1] || cf[b] < ext[2] || cf[b] > ext[3]);
+    $("map-caption").textContent = `${a}: ${span(a, ext[0], ext[1])} (left to right). `
+      + (cf ? `Nearest in this slice: ${a} = ${fmt(cf[a])}, ${b} = ${fmt(cf[b])}`
+        + (outside ? " (outside the picture)." : ".") : "No counterfactual in this slice.");
+    $("map-b-name").textContent = `${b}: ${span(b, ext[2], ext[3])}`;
     const legend = $("legend");
     legend.innerHTML = "";
     classes.forEach((c, i) => {
       const li = document.createElement("li");
       const sw = document.createElement("span");
       sw.className = "swatch";
-      sw.style.background = PALETTE[i % PALETTE.length];
+      sw.style.background = colours[i];
       sw.setAttribute("aria-hidden", "true");
       li.append(sw, document.createTextNode(String(c)));
       legend.appendChild(li);
     });
   } catch (err) {
+    if (seq !== state.mapSeq) return;
+    clearMap();  // an old picture under a new error would be read as the answer
     $("err-map").textContent = "Map: " + err.message;
   }
 }

@@ -4,41 +4,12 @@ pixel, and bad parameters get a 422 that names them, never a 500."""
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 
 import numpy as np
 import pytest
+from svc_helpers import decode_png
 
 from app.mapimage import class_colours
-
-
-def decode_png(data: bytes) -> np.ndarray:
-    """RGB array (h, w, 3) of an 8-bit RGB, non-interlaced PNG (all five row filters)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    i, idat = 8, b""
-    while i < len(data):
-        (n,) = struct.unpack(">I", data[i:i + 4])
-        kind, body = data[i + 4:i + 8], data[i + 8:i + 8 + n]
-        assert struct.unpack(">I", data[i + 8 + n:i + 12 + n])[0] == zlib.crc32(kind + body)
-        if kind == b"IHDR":
-            w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            assert (depth, colour, interlace) == (8, 2, 0)
-        elif kind == b"IDAT":
-            idat += body
-        i += 12 + n
-    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(h, 1 + 3 * w)
-    out = np.zeros((h, 3 * w), dtype=np.int64)
-    for r in range(h):
-        f, line = raw[r, 0], raw[r, 1:].astype(np.int64)
-        prev = out[r - 1] if r else np.zeros(3 * w, dtype=np.int64)
-        if f == 0:
-            out[r] = line
-        elif f == 2:
-            out[r] = (line + prev) % 256
-        else:  # the encoder under test writes filter 0 only; others are not expected
-            raise AssertionError(f"unexpected PNG row filter {f}")
-    return out.reshape(h, w, 3).astype(np.uint8)
 
 
 def picture(svc, mid, **params):
@@ -68,6 +39,9 @@ def test_fill_equals_predict_on_every_pixel_centre(rf_service, rf, features):
                      height=h, overlay="false", a_range="-3,3", b_range="-2.5,2.5")
     extent = json.loads(r.headers["X-Map-Extent"])
     assert extent == [-3.0, 3.0, -2.5, 2.5]
+    assert json.loads(r.headers["X-Map-Classes"]) == [0, 1]
+    assert json.loads(r.headers["X-Map-Colours"]) == [
+        "#{:02x}{:02x}{:02x}".format(*c) for c in class_colours(2)]
     labels = np.searchsorted(rf.model.classes_, rf.model.predict(centres(x, a, b, extent, w, h)))
     expected = class_colours(2)[labels].reshape(h, w, 3)
     assert img.shape == (h, w, 3)
@@ -158,7 +132,7 @@ def test_unknown_model_is_404_and_one_hot_columns_are_refused(service, gb3):
     assert r.status_code == 200, r.text
     img = decode_png(r.content)
     ext = json.loads(r.headers["X-Map-Extent"])
-    assert ext == [0.0, 49.0, 18.0, 79.0]
+    assert ext == [-0.5, 49.5, 17.5, 79.5]
     P = centres([3, 1, 0, 30], 0, 3, ext, 64, 48)
     P[:, 0], P[:, 3] = np.round(P[:, 0]), np.round(P[:, 3])  # integer features: nearest integer
     labels = np.searchsorted(model.classes_, model.predict(P))

@@ -68,14 +68,19 @@ def test_integer_axes_take_integer_values_and_default_extent_is_the_domain():
     maps = CounterfactualMaps.build(model, schema)
     x = np.array([7.0, 0.1, 2.0])
     sl = map_slice(maps, x, 0, 2, 64, 40)
-    assert sl.extent == (0.0, 29.0, 0.0, 4.0)
+    assert sl.extent == (-0.5, 29.5, -0.5, 4.5)  # every integer gets an equal band
     assert np.all(sl.a_values == np.round(sl.a_values)) and np.all(sl.b_values == np.round(sl.b_values))
     want = model.predict(pixel_points(x, 0, 2, sl, integral=(True, True)))
     assert np.array_equal(sl.labels.ravel(), want)
+    # 30 values of n over 64 columns, 5 of k over 40 rows: each band 2 or 3 columns, 8 rows
+    assert set(np.unique(sl.a_values, return_counts=True)[1]) <= {2, 3}
+    assert list(np.unique(sl.b_values, return_counts=True)[1]) == [8] * 5
+    with pytest.raises(InvalidQueryError, match="legal range"):
+        map_slice(maps, x, 0, 2, 10, 10, a_range=(-0.6, 3.0))
     # a narrow range: rounded centres stay inside it; a range with no integer is refused
     sl = map_slice(maps, x, 0, 1, 7, 5, a_range=(3.2, 4.6))
     assert set(sl.a_values) == {4.0}
-    with pytest.raises(InvalidQueryError, match="no integer"):
+    with pytest.raises(InvalidQueryError, match="no legal integer"):
         map_slice(maps, x, 0, 1, 7, 5, a_range=(3.2, 3.4))
 
 
