@@ -30,6 +30,12 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service as ChromeService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import Select, WebDriverWait
 from sklearn.ensemble import RandomForestClassifier
 from svc_helpers import Fitted, decode_png
 
@@ -43,20 +49,11 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 TOKEN = "ui-test-token"
 ADMIN = "ui-admin-token"
 
-if not (CHROMIUM and DRIVER):
-    if os.environ.get("CFMAPS_REQUIRE_BROWSER"):
-        raise RuntimeError("CFMAPS_REQUIRE_BROWSER is set but chromium/chromedriver are missing "
-                           "(apt-get install chromium chromium-driver)")
+REQUIRED = bool(os.environ.get("CFMAPS_REQUIRE_BROWSER"))
+if not (CHROMIUM and DRIVER) and not REQUIRED:
     pytest.skip("chromium and chromedriver are not installed (apt-get install chromium "
                 "chromium-driver; CFMAPS_REQUIRE_BROWSER=1 makes this a failure)",
                 allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service as ChromeService  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 SPEC = {
     "name": "loan",
@@ -138,6 +135,9 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
+    if not (CHROMIUM and DRIVER):  # only reached when CFMAPS_REQUIRE_BROWSER is set
+        pytest.fail("CFMAPS_REQUIRE_BROWSER is set but chromium/chromedriver are missing "
+                    "(apt-get install chromium chromium-driver)", pytrace=False)
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     # offline and quiet: no sync, no component updates, no first-run network calls
