@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 #: Largest raster side accepted (pixels).
 MAX_SIDE = 2048
 
+#: Representative points labelled at once (one per cell pair the raster meets).
+_BLOCK = 65536
+
 
 @dataclass(frozen=True)
 class MapSlice:
@@ -167,11 +170,19 @@ def map_slice(maps: CounterfactualMaps, x: np.ndarray, a: int, b: int, width: in
     cb = _cells_along(maps, X[0], b, bv)
     ua, ia, inv_a = np.unique(ca, return_index=True, return_inverse=True)
     ub, ib, inv_b = np.unique(cb, return_index=True, return_inverse=True)
-    P = np.repeat(X, ua.size * ub.size, axis=0)
-    P[:, a] = np.tile(av[ia], ub.size)
-    P[:, b] = np.repeat(bv[ib], ua.size)
-    lab = locate(maps.engine, P).reshape(ub.size, ua.size)
-    box = locate_rect(maps.engine, P).reshape(ub.size, ua.size)
+    lab = np.empty((ub.size, ua.size), dtype=np.int64)
+    box = np.empty((ub.size, ua.size), dtype=np.int64)
+    # A model with thousands of thresholds per feature can meet a cell per pixel: the
+    # representatives go through in blocks of rows so memory stays ~_BLOCK x n_features.
+    step = max(1, _BLOCK // ua.size)
+    for r0 in range(0, ub.size, step):
+        rb = bv[ib[r0:r0 + step]]
+        P = np.repeat(X, ua.size * rb.size, axis=0)
+        P[:, a] = np.tile(av[ia], rb.size)
+        P[:, b] = np.repeat(rb, ua.size)
+        rid = locate_rect(maps.engine, P)
+        box[r0:r0 + rb.size] = rid.reshape(rb.size, ua.size)
+        lab[r0:r0 + rb.size] = locate(maps.engine, P, rid).reshape(rb.size, ua.size)
     rows, cols = inv_b.reshape(-1)[:, None], inv_a.reshape(-1)[None, :]
     return MapSlice(features=(a, b), extent=(a_lo, a_hi, b_lo, b_hi), a_values=av, b_values=bv,
                     labels=lab[rows, cols].astype(np.int64), boxes=box[rows, cols].astype(np.int64))

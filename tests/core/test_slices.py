@@ -102,3 +102,17 @@ def test_bad_slices_are_refused():
         map_slice(maps, x, 0, 1, 10, 10, a_range=(1.0, 1.0))
     with pytest.raises(InvalidQueryError, match="no feature"):
         map_slice(maps, x, 0, 9, 10, 10)
+
+
+def test_labelling_in_blocks_gives_the_same_picture(monkeypatch):
+    X, y = synthetic(3, seed=4)
+    model = GradientBoostingClassifier(n_estimators=20, max_depth=3, random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(model, max_rectangles=30)
+    x = X[7]
+    whole = map_slice(maps, x, 0, 1, 83, 59, (-3.0, 3.0), (-3.0, 3.0))
+    monkeypatch.setattr("maps_core.slices._BLOCK", 5)  # blocks of one row, ragged last block
+    blocks = map_slice(maps, x, 0, 1, 83, 59, (-3.0, 3.0), (-3.0, 3.0))
+    assert np.array_equal(whole.labels, blocks.labels)
+    assert np.array_equal(whole.boxes, blocks.boxes)
+    want = np.searchsorted(model.classes_, model.predict(pixel_points(x, 0, 1, whole)))
+    assert np.array_equal(whole.labels.ravel(), want)
