@@ -15,16 +15,19 @@ The only checks made here are the service's own limits (batch size, ``k``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from maps_core import CounterfactualMaps, InvalidQueryError
+from maps_core.slices import map_slice
 
 from .errors import InvalidInputError
-from .schemas import CounterfactualRequest, FeatureCodec, py_scalar, result_json
+from .mapimage import class_colours, png_bytes, render
+from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, py_scalar, result_json
 
-__all__ = ["QueryLimits", "counterfactual_answer"]
+__all__ = ["QueryLimits", "counterfactual_answer", "map_picture"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class QueryLimits:
     max_batch: int = 1000
     max_k: int = 100
     default_norm: str = "l1"
+    map_max_side: int = 1024
 
 
 def _request_path(exc: InvalidQueryError, single: bool) -> str | None:
@@ -105,3 +109,63 @@ def counterfactual_answer(
         raise
     out = [result_json(r, codec, body.k, display) for r in results]
     return out[0] if single else {"results": out}
+
+
+def map_picture(
+    maps: CounterfactualMaps,
+    codec: FeatureCodec,
+    body: MapRequest,
+    limits: QueryLimits,
+    *,
+    resolve_target: Callable[[Any], Any] | None = None,
+    display: Callable[[Any], Any] = py_scalar,
+) -> tuple[bytes, dict[str, str]]:
+    """The PNG of a two-feature slice of the map through ``body.instance``
+    (:mod:`maps_core.slices`, drawn by :mod:`app.mapimage`), and the headers that describe
+    it: ``X-Map-Extent`` (JSON ``[a_lo, a_hi, b_lo, b_hi]``), ``X-Map-Classes`` (JSON list
+    of the class labels in colour order), ``X-Map-Colours`` (JSON list of their fill
+    colours, ``"#rrggbb"``, for a legend) and ``X-Map-Counterfactual`` (JSON object of the
+    two features' values at the nearest counterfactual *within the slice*, i.e. with every
+    other feature held and the spec's own constraints (immutable features, directions) in
+    force, or ``null`` when there is none; it may lie outside the extent drawn).
+
+    Raises
+    ------
+    InvalidInputError
+        A malformed instance, an unknown feature, a size over ``map_max_side``.
+    InvalidQueryError
+        What the engine refuses, with ``field`` as the request's path.
+    """
+    x = codec.row(body.instance, "instance")
+    names = maps.feature_names
+    cols = []
+    for i, name in enumerate(body.features):
+        if name not in names:
+            raise InvalidInputError(f"unknown feature {name!r}", f"features.{i}")
+        cols.append(names.index(name))
+    for field, v in (("width", body.width), ("height", body.height)):
+        if v > limits.map_max_side:
+            raise InvalidInputError(f"{field} must be at most {limits.map_max_side} pixels", field)
+    a, b = cols
+    target = body.target if resolve_target is None else resolve_target(body.target)
+    try:
+        sl = map_slice(maps, x, a, b, body.width, body.height, body.a_range, body.b_range)
+        held = [n for j, n in enumerate(names) if j not in (a, b)]
+        res = maps.counterfactual(x, target, norm=body.norm or limits.default_norm,
+                                  immutable=held)
+    except InvalidQueryError as exc:
+        exc.field = _request_path(exc, True)
+        raise
+    cf = res.best
+    point = None if cf is None else (float(cf.x[a]), float(cf.x[b]))
+    img = render(sl, len(maps.classes), (float(x[a]), float(x[b])), point, overlay=body.overlay)
+    headers = {
+        "X-Map-Extent": json.dumps(list(sl.extent)),
+        "X-Map-Classes": json.dumps([display(c) for c in maps.classes]),
+        "X-Map-Colours": json.dumps(["#{:02x}{:02x}{:02x}".format(*map(int, rgb))
+                                     for rgb in class_colours(len(maps.classes))]),
+        "X-Map-Counterfactual": json.dumps(
+            None if cf is None else {names[a]: codec.value(a, cf.x[a]),
+                                     names[b]: codec.value(b, cf.x[b])}),
+    }
+    return png_bytes(img), headers

@@ -68,7 +68,11 @@ class UnsafeModelFileError(InvalidInputError):
     """The uploaded model file is of a kind the service refuses to load."""
 
 
-class ModelNotFoundError(ApiError):
+class NotFoundError(ApiError):
+    """No such resource."""
+
+
+class ModelNotFoundError(NotFoundError):
     """No model with this id."""
 
 
@@ -95,6 +99,7 @@ ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     UnsafeModelFileError: (422, "unsafe_model_file"),
     InvalidInputError: (422, "invalid_input"),
     ModelNotFoundError: (404, "model_not_found"),
+    NotFoundError: (404, "not_found"),
     ModelNotReadyError: (409, "model_not_ready"),
     PayloadTooLargeError: (413, "payload_too_large"),
     UnauthorizedError: (401, "unauthorized"),

@@ -29,7 +29,7 @@ from .metrics import Metrics, MetricsMiddleware
 from .observability import WORKER_LOG_ENV, RequestIdMiddleware, configure_logging
 from .registry import Registry
 from .responses import SafeJSONResponse
-from .routes import counterfactuals, health, models
+from .routes import counterfactuals, health, models, ui
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
@@ -215,6 +215,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.role != "builder":  # a builder serves the probes and metrics only
         app.include_router(models.router)
         app.include_router(counterfactuals.router)
+        if settings.ui:
+            app.include_router(ui.router)
     app.include_router(health.router)
     # Added last = outermost: metrics also count the 413s answered by the body limit, and
     # every answer, 413s included, carries its request id.

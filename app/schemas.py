@@ -208,6 +208,36 @@ class CounterfactualRequest(_InstancesRequest):
     )
 
 
+class MapRequest(_Strict):
+    """Body of ``POST /v1/models/{id}/map.png`` (the GET takes the same as query
+    parameters)."""
+
+    features: Annotated[list[StrictStr], Field(min_length=2, max_length=2)] = Field(
+        description="The horizontal and the vertical feature of the slice: two distinct "
+        "features, neither a one-hot column."
+    )
+    instance: Instance = Field(description="The instance the slice goes through; its other "
+                               "features stay fixed.")
+    width: Annotated[int, Field(strict=True, ge=1)] = Field(default=480, description="Pixels.")
+    height: Annotated[int, Field(strict=True, ge=1)] = Field(default=360, description="Pixels.")
+    target: ClassLabel | None = Field(
+        default=None, description="Class of the counterfactual drawn (default: the nearest "
+        "other class)."
+    )
+    norm: Norm | None = Field(default=None, description="Distance of the counterfactual drawn.")
+    a_range: tuple[FiniteFloat, FiniteFloat] | None = Field(
+        default=None, description="[lo, hi] shown along the first feature (default: its "
+        "legal range; unbounded ends padded around the thresholds)."
+    )
+    b_range: tuple[FiniteFloat, FiniteFloat] | None = Field(
+        default=None, description="[lo, hi] shown along the second feature."
+    )
+    overlay: StrictBool = Field(
+        default=True, description="Draw box and class boundaries, the instance and the "
+        "counterfactual; false: the class fill only."
+    )
+
+
 class PredictRequest(_InstancesRequest):
     """Body of ``POST /v1/models/{id}/predict``."""
 

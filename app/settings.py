@@ -63,6 +63,10 @@ class Settings(BaseSettings):
         ``max_unpacked_factor`` times this, against zip bombs.
     max_k : int
         Most counterfactuals per instance a query may ask for.
+    ui : bool
+        Serve the explorer page at ``/ui`` (it uses the public API with its user's token).
+    map_max_side : int
+        Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.
     build_workers : int
         Builds that run at the same time; more wait in a queue (status ``queued``).
     build_jobs : int or None
@@ -114,6 +118,8 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=256 * MiB, gt=0)
     max_unpacked_factor: int = Field(default=20, gt=0)
     max_k: int = Field(default=100, gt=0)
+    map_max_side: int = Field(default=1024, gt=0, le=2048)
+    ui: bool = True
     build_workers: int = Field(default=1, gt=0)
     build_jobs: int | None = Field(default=None, gt=0)
     build_max_seconds: float | None = Field(default=900.0, gt=0)

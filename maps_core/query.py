@@ -273,10 +273,12 @@ def locate_rect(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
                    ix.class_root, part.lo, part.hi, g.view32)
 
 
-def locate(engine: SearchEngine, A: np.ndarray) -> np.ndarray:
+def locate(engine: SearchEngine, A: np.ndarray, rid: np.ndarray | None = None) -> np.ndarray:
     """Class index of every row: the label of its rectangle, the model's decision
-    (:meth:`SearchEngine.classify`) in mixed ones."""
-    rid = locate_rect(engine, A)
+    (:meth:`SearchEngine.classify`) in mixed ones. ``rid``: the rows' rectangle ids when
+    the caller already has them (:func:`locate_rect`), so they are not looked up twice."""
+    if rid is None:
+        rid = locate_rect(engine, A)
     lab = np.asarray(engine.partition.labels)[rid].astype(np.int64)
     # A complete partition covers every legal point; rid < 0 would be a bug, and then the
     # ensemble's own arithmetic is the safe answer.

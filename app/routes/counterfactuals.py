@@ -1,20 +1,23 @@
-"""Queries: counterfactuals and the model's own predictions."""
+"""Queries: counterfactuals, the model's own predictions, and the map picture."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Query, Response
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from ..dataplane import QueryLimits, counterfactual_answer
+from ..dataplane import QueryLimits, counterfactual_answer, map_picture
+from ..errors import InvalidInputError
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
     CounterfactualBatchOut,
     CounterfactualOut,
     CounterfactualRequest,
     ErrorResponse,
+    MapRequest,
     PredictBatchOut,
     PredictionOut,
     PredictRequest,
@@ -60,7 +63,7 @@ async def counterfactuals(
     """
     entry = registry.get_ready(model_id)
     assert entry.maps is not None
-    limits = QueryLimits(settings.max_batch, settings.max_k, settings.default_norm)
+    limits = _limits(settings)
     # CPU-bound engine work runs in the threadpool so the event loop keeps serving.
     answer = await run_in_threadpool(
         counterfactual_answer, entry.maps, entry.codec, body, limits,
@@ -96,3 +99,96 @@ async def predict(
 
 def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return model.predict(X), model.predict_proba(X)
+
+
+def _limits(settings: Any) -> QueryLimits:
+    return QueryLimits(settings.max_batch, settings.max_k, settings.default_norm,
+                       settings.map_max_side)
+
+
+_PNG: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+        "description": "The slice as a PNG; `X-Map-Extent`, `X-Map-Classes`, `X-Map-Colours` "
+        "and `X-Map-Counterfactual` headers describe it (JSON).",
+    },
+    **_ERRORS,
+}
+
+
+async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any) -> Response:
+    entry = registry.get_ready(model_id)
+    assert entry.maps is not None
+    png, headers = await run_in_threadpool(
+        map_picture, entry.maps, entry.codec, body, _limits(settings),
+        resolve_target=entry.resolve_target, display=entry.display,
+    )
+    return Response(png, media_type="image/png", headers={**headers, "Cache-Control": "no-store"})
+
+
+@router.post("/{model_id}/map.png", response_class=Response, responses=_PNG,
+             summary="Picture of a two-feature slice of the map")
+async def map_png_post(
+    model_id: ModelId, body: MapRequest, registry: RegistryDep, settings: SettingsDep
+) -> Response:
+    """The classes over two features, every other feature held at the instance's value,
+    read from the maps (certified rectangles, mixed regions decided exactly), with the
+    boundaries the slice crosses, the instance and its nearest counterfactual in the slice.
+    Pixel ``(row, col)`` shows ``a = a_lo + (col + 0.5)(a_hi - a_lo)/width`` and
+    ``b = b_hi - (row + 0.5)(b_hi - b_lo)/height``, rounded on integral features."""
+    return await _picture(model_id, body, registry, settings)
+
+
+def _numbers(text: str, field: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise InvalidInputError(f"{field} must be comma-separated numbers", field) from None
+
+
+@router.get("/{model_id}/map.png", response_class=Response, responses=_PNG,
+            summary="Picture of a two-feature slice of the map (query parameters)")
+async def map_png(
+    model_id: ModelId,
+    registry: RegistryDep,
+    settings: SettingsDep,
+    features: Annotated[str, Query(description="Two feature names: `a,b`.")],
+    instance: Annotated[str, Query(description="All feature values in column order, "
+                                   "comma-separated.")],
+    width: Annotated[int, Query(ge=1)] = 480,
+    height: Annotated[int, Query(ge=1)] = 360,
+    target: Annotated[str | None, Query(description="Class of the counterfactual drawn.")] = None,
+    norm: Annotated[str | None, Query()] = None,
+    a_range: Annotated[str | None, Query(description="`lo,hi` along the first feature.")] = None,
+    b_range: Annotated[str | None, Query(description="`lo,hi` along the second feature.")] = None,
+    overlay: bool = True,
+) -> Response:
+    """As the POST, with the instance as comma-separated values in column order."""
+    entry = registry.get_ready(model_id)
+    fields: dict[str, Any] = {
+        "features": features.split(","), "instance": _numbers(instance, "instance"),
+        "width": width, "height": height, "target": _query_label(entry, target), "norm": norm,
+        "overlay": overlay,
+    }
+    for key, text in (("a_range", a_range), ("b_range", b_range)):
+        if text is not None:
+            fields[key] = _numbers(text, key)
+    try:
+        body = MapRequest.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"][:1])
+        raise InvalidInputError(f"{where}: {err['msg']}", where) from None
+    return await _picture(model_id, body, registry, settings)
+
+
+def _query_label(entry: Any, text: str | None) -> Any:
+    """A class given in a query string: the label whose text it is (``"1"`` -> 1 for
+    integer labels), else the text (a display name or a string label)."""
+    if text is None:
+        return None
+    for label in entry.class_labels:
+        value = label.item() if isinstance(label, np.generic) else label
+        if str(value) == text and not (entry.class_names and text in entry.class_names):
+            return value
+    return text

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import struct
 import time
 import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -143,3 +145,31 @@ def start_service(
     with TestClient(app, client=client, raise_server_exceptions=raise_server_exceptions) as c:
         wait_ready(c)
         yield Service(c, settings)
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """RGB array (h, w, 3) of an 8-bit RGB, non-interlaced PNG (all five row filters)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    i, idat = 8, b""
+    while i < len(data):
+        (n,) = struct.unpack(">I", data[i:i + 4])
+        kind, body = data[i + 4:i + 8], data[i + 8:i + 8 + n]
+        assert struct.unpack(">I", data[i + 8 + n:i + 12 + n])[0] == zlib.crc32(kind + body)
+        if kind == b"IHDR":
+            w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert (depth, colour, interlace) == (8, 2, 0)
+        elif kind == b"IDAT":
+            idat += body
+        i += 12 + n
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(h, 1 + 3 * w)
+    out = np.zeros((h, 3 * w), dtype=np.int64)
+    for r in range(h):
+        f, line = raw[r, 0], raw[r, 1:].astype(np.int64)
+        prev = out[r - 1] if r else np.zeros(3 * w, dtype=np.int64)
+        if f == 0:
+            out[r] = line
+        elif f == 2:
+            out[r] = (line + prev) % 256
+        else:  # the encoder under test writes filter 0 only; others are not expected
+            raise AssertionError(f"unexpected PNG row filter {f}")
+    return out.reshape(h, w, 3).astype(np.uint8)

@@ -1,0 +1,444 @@
+"""The explorer page (/ui) in headless Chromium, driven by Selenium, against a real server.
+
+It fills the form generated from a model's features, submits with the keyboard, and reads
+the answer the page shows (decision, distance, changes, region, alternatives) against the
+API's own JSON for the request the page sent; it checks that the map picture the page shows
+is the API's, and that it follows the features picked; it triggers a validation error and
+reads the message beside the field; it shows an infeasible answer's reason; it walks every
+control with the Tab key; and it saves screenshots at 1280x800 (and the whole page at 1280
+wide) and at 390x844 into tests/artifacts/ (not committed).
+
+Needs Debian's ``chromium`` and ``chromium-driver``. Without them the module is skipped,
+unless ``CFMAPS_REQUIRE_BROWSER`` is set (``.ci/run`` sets it after installing them): then
+their absence is an error, so CI cannot pass without running these tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service as ChromeService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import Select, WebDriverWait
+from sklearn.ensemble import RandomForestClassifier
+from svc_helpers import Fitted, decode_png
+
+from app.main import create_app
+from app.mapimage import class_colours
+from app.settings import Settings
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+TOKEN = "ui-test-token"
+ADMIN = "ui-admin-token"
+
+REQUIRED = bool(os.environ.get("CFMAPS_REQUIRE_BROWSER"))
+if not (CHROMIUM and DRIVER) and not REQUIRED:
+    pytest.skip("chromium and chromedriver are not installed (apt-get install chromium "
+                "chromium-driver; CFMAPS_REQUIRE_BROWSER=1 makes this a failure)",
+                allow_module_level=True)
+
+SPEC = {
+    "name": "loan",
+    "classes": ["approve", "decline"],
+    "features": [
+        {"name": "income", "type": "integer", "lower": 0, "upper": 200},
+        {"name": "late", "type": "binary", "lower": 0, "upper": 1},
+        {"name": "home=rent", "type": "categorical", "group": "home"},
+        {"name": "home=own", "type": "categorical", "group": "home"},
+        {"name": "debt", "type": "continuous", "lower": 0, "upper": 10},
+        {"name": "age", "type": "integer", "lower": 18, "upper": 90, "mutable": False},
+    ],
+}
+INSTANCE = {"income": 40, "late": 1, "home=rent": 1, "home=own": 0, "debt": 7.5, "age": 40}
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+# Records what the page asks of the API: the test replays the same requests itself.
+RECORD_FETCH = """
+window.__requests = [];
+const orig = window.fetch;
+window.fetch = (url, opts) => {
+  window.__requests.push({url: String(url), body: opts && opts.body ? opts.body : null});
+  return orig(url, opts);
+};
+"""
+
+
+def _model() -> Fitted:
+    rng = np.random.default_rng(0)
+    n = 600
+    own = rng.integers(0, 2, n)
+    X = np.column_stack([rng.integers(0, 201, n), rng.integers(0, 2, n), 1 - own, own,
+                         rng.uniform(0, 10, n), rng.integers(18, 91, n)]).astype(float)
+    risk = X[:, 4] / 2 - X[:, 0] / 40 + 1.5 * X[:, 1] - own + (X[:, 5] < 25)
+    y = (risk + rng.normal(0, 0.5, n) > 0).astype(int)
+    return Fitted(RandomForestClassifier(15, max_depth=4, random_state=0).fit(X, y), X, y)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    settings = Settings(data_dir=tmp_path_factory.mktemp("ui") / "data", api_tokens=[TOKEN],
+                        admin_token=ADMIN)
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                        log_level="warning"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    base = f"http://127.0.0.1:{port}"
+    # generous: on a fresh checkout the first build also compiles the numba kernels
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/readyz").status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    fitted = _model()
+    r = httpx.post(base + "/v1/models", headers={"Authorization": f"Bearer {ADMIN}"},
+                   files={"model": ("m.skops", fitted.skops)}, data={"spec": json.dumps(SPEC)})
+    assert r.status_code == 202, r.text
+    mid = r.json()["id"]
+    while time.monotonic() < deadline:
+        info = httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()
+        if info["status"] in ("ready", "failed"):
+            break
+        time.sleep(0.1)
+    assert info["status"] == "ready", info
+    yield base, mid, fitted
+    srv.should_exit = True
+    th.join(10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMIUM and DRIVER):  # only reached when CFMAPS_REQUIRE_BROWSER is set
+        pytest.fail("CFMAPS_REQUIRE_BROWSER is set but chromium/chromedriver are missing "
+                    "(apt-get install chromium chromium-driver)", pytrace=False)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    # offline and quiet: no sync, no component updates, no first-run network calls
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars"):
+        opts.add_argument(flag)
+    # the driver given explicitly: Selenium Manager never downloads one
+    drv = webdriver.Chrome(service=ChromeService(DRIVER), options=opts)
+    _viewport(drv, 1280, 800)
+    yield drv
+    drv.quit()
+
+
+def _viewport(drv: Any, width: int, height: int, mobile: bool = False) -> None:
+    """The page's viewport exactly ``width x height`` CSS pixels at scale 1 (a window size
+    would include the browser's own frame)."""
+    drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+    time.sleep(0.2)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    w, h = struct.unpack(">II", path.read_bytes()[16:24])
+    return w, h
+
+
+def _screenshot(drv: Any, name: str, size: tuple[int, int]) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    drv.save_screenshot(str(path))
+    assert _png_size(path) == size
+    return path
+
+
+def _full_page(drv: Any, name: str, width: int) -> Path:
+    """The whole page at ``width`` CSS pixels (for the README's picture)."""
+    height = int(drv.execute_script("return document.documentElement.scrollHeight"))
+    _viewport(drv, width, height)
+    path = _screenshot(drv, name, (width, height))
+    _viewport(drv, 1280, 800)
+    return path
+
+
+def _set(el: Any, value: Any) -> None:
+    el.clear()
+    el.send_keys(str(value))
+
+
+def _rows(drv: Any, table_id: str) -> list[list[Any]]:
+    return [[c for c in tr.find_elements(By.CSS_SELECTOR, "th, td")]
+            for tr in drv.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr")]
+
+
+def _field(drv: Any, name: str) -> Any:
+    return drv.find_element(By.CSS_SELECTOR, f'[data-feature="{name}"]')
+
+
+def _open(drv: Any, base: str) -> WebDriverWait:
+    drv.get(base + "/ui")
+    drv.execute_script(RECORD_FETCH)
+    wait = WebDriverWait(drv, 30)
+    _set(drv.find_element(By.ID, "token"), TOKEN)
+    drv.find_element(By.ID, "reload").click()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-feature="income"]'))
+    return wait
+
+
+def _requests(drv: Any, suffix: str) -> list[dict[str, Any]]:
+    return [json.loads(r["body"]) for r in drv.execute_script("return window.__requests")
+            if r["url"].endswith(suffix) and r["body"]]
+
+
+def _fill(drv: Any) -> None:
+    _set(_field(drv, "income"), INSTANCE["income"])
+    Select(_field(drv, "late")).select_by_value(str(INSTANCE["late"]))
+    Select(drv.find_element(By.CSS_SELECTOR, '[data-group="home"]')).select_by_visible_text("rent")
+    _set(_field(drv, "debt"), INSTANCE["debt"])
+    _set(_field(drv, "age"), INSTANCE["age"])
+
+
+def _shown_pixels(drv: Any) -> np.ndarray:
+    """The RGB pixels of the picture the page shows, read back through a canvas (the page's
+    policy lets it fetch nothing but its own origin, so not its blob: URL)."""
+    data = drv.execute_script("""
+        const img = document.getElementById('map-img');
+        const c = document.createElement('canvas');
+        c.width = img.naturalWidth; c.height = img.naturalHeight;
+        const g = c.getContext('2d');
+        g.drawImage(img, 0, 0);
+        const px = g.getImageData(0, 0, c.width, c.height).data;
+        let s = '';
+        for (let i = 0; i < px.length; i += 4) s += String.fromCharCode(px[i], px[i + 1], px[i + 2]);
+        return [c.width, c.height, btoa(s)];""")
+    w, h, b64 = data
+    return np.frombuffer(base64.b64decode(b64), dtype=np.uint8).reshape(h, w, 3)
+
+
+def _api_pixels(png: bytes) -> np.ndarray:
+    return decode_png(png)
+
+
+def _fmt(v: float) -> str:
+    """What the page shows for a number: ten significant digits (JavaScript's
+    ``Number(v.toPrecision(10))``), integers as integers."""
+    if float(v).is_integer():
+        return str(int(v))
+    return repr(float(f"{v:.10g}"))
+
+
+def test_query_through_the_page_matches_the_api(server, browser):
+    base, mid, fitted = server
+    drv = browser
+    wait = _open(drv, base)
+    # every control has a label (a <label for> or an aria-label)
+    for el in drv.find_elements(By.CSS_SELECTOR, "input, select, button"):
+        el_id = el.get_attribute("id")
+        labelled = el_id and drv.find_elements(By.CSS_SELECTOR, f'label[for="{el_id}"]')
+        assert labelled or el.get_attribute("aria-label") or (
+            el.tag_name == "button" and el.text.strip()), el.get_attribute("outerHTML")
+    # the form follows the spec: integer step, binary select, group select, immutable marked
+    assert _field(drv, "income").get_attribute("step") == "1"
+    assert _field(drv, "debt").get_attribute("step") == "any"
+    assert _field(drv, "late").tag_name == "select"
+    group = Select(drv.find_element(By.CSS_SELECTOR, '[data-group="home"]'))
+    assert [o.text for o in group.options] == ["rent", "own"]
+    assert "immutable" in drv.find_element(By.CSS_SELECTOR, 'label[for="in-5"]').text
+    assert "immutable" not in drv.find_element(By.CSS_SELECTOR, 'label[for="in-0"]').text
+
+    assert fitted.model.predict(np.array([list(INSTANCE.values())], float))[0] == 1
+    _fill(drv)
+    Select(drv.find_element(By.ID, "opt-norm")).select_by_value("l1")
+    _set(drv.find_element(By.ID, "opt-k"), 2)
+    _field(drv, "debt").send_keys(Keys.ENTER)  # submitted from the keyboard
+    wait.until(ec.visibility_of_element_located((By.ID, "distance")))
+
+    sent = _requests(drv, "/counterfactuals")
+    assert sent == [{"instance": INSTANCE, "norm": "l1", "k": 2, "immutable": ["age"]}]
+    api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH, json=sent[0]).json()
+    assert api["feasible"] and api["prediction"] == "decline" and api["target"] == "approve"
+    # the certified counterfactual is what the model itself decides
+    cf = np.array([[api["counterfactual"][f["name"]] for f in SPEC["features"]]], float)
+    assert fitted.model.predict(cf)[0] == 0
+
+    assert drv.find_element(By.ID, "decision").text == "Decision: decline. Target: approve."
+    distance = drv.find_element(By.ID, "distance")
+    assert float(distance.get_attribute("data-value")) == api["distance"]
+    assert distance.text == _fmt(api["distance"])
+    # changes: one row per feature (the one-hot group as one), sorted by cost, exact values
+    rows = _rows(drv, "changes")
+    shown = {r[0].text: r for r in rows}
+    want = {n: c for n, c in api["changes"].items() if not n.startswith("home=")}
+    assert set(shown) - {"home"} == set(want)
+    for name, c in want.items():
+        row = shown[name]
+        assert float(row[1].get_attribute("data-value")) == c["from"]
+        assert float(row[2].get_attribute("data-value")) == c["to"]
+        assert row[2].text == _fmt(c["to"])
+    costs = [float(r[3].get_attribute("data-value")) for r in rows]
+    assert costs == sorted(costs, reverse=True)
+    # the region: every feature, exact ends and their open/closed flags
+    region = {r[0].text: r[1] for r in _rows(drv, "region")}
+    assert set(region) == set(api["region"])
+    for name, r in api["region"].items():
+        assert json.loads(region[name].get_attribute("data-value")) == r
+        lo = "-inf" if r["lower"] is None else _fmt(r["lower"])
+        hi = "inf" if r["upper"] is None else _fmt(r["upper"])
+        assert region[name].text == ("[" if r["lower_closed"] else "(") + f"{lo}, {hi}" + (
+            "]" if r["upper_closed"] else ")")
+    alts = drv.find_elements(By.CSS_SELECTOR, "#alternatives li")
+    assert len(alts) == len(api["alternatives"]) == 1
+    assert f"distance {_fmt(api['alternatives'][0]['distance'])}" in alts[0].text
+
+    # the map picture drawn after the query is the API's picture for the request sent
+    wait.until(lambda d: d.execute_script(
+        "const i = document.getElementById('map-img');"
+        "return i.src.startsWith('blob:') && i.complete && i.naturalWidth > 0"))
+    (map_req,) = _requests(drv, "/map.png")
+    assert map_req["features"] == ["income", "late"] and map_req["instance"] == INSTANCE
+    r = httpx.post(f"{base}/v1/models/{mid}/map.png", headers=AUTH, json=map_req)
+    assert r.status_code == 200
+    assert np.array_equal(_shown_pixels(drv), _api_pixels(r.content))
+    ext = json.loads(r.headers["X-Map-Extent"])
+    assert ext == [-0.5, 200.5, -0.5, 1.5]  # integer axes: a band per value
+    assert drv.find_element(By.ID, "map-caption").text.startswith("income: 0 to 200")
+    assert drv.find_element(By.ID, "map-b-name").text == "late: 0 to 1"
+    legend = [li.text for li in drv.find_elements(By.CSS_SELECTOR, "#legend li")]
+    assert legend == ["approve", "decline"]
+    # the legend's swatches are the picture's own fill colours
+    swatches = [drv.execute_script("return getComputedStyle(arguments[0]).backgroundColor", el)
+                for el in drv.find_elements(By.CSS_SELECTOR, "#legend .swatch")]
+    assert swatches == ["rgb({}, {}, {})".format(*c) for c in class_colours(2)]
+
+    _screenshot(drv, "ui-1280x800.png", (1280, 800))
+    _full_page(drv, "ui-1280-full.png", 1280)
+    _viewport(drv, 390, 844, mobile=True)
+    # one column on a phone: the page itself never scrolls sideways
+    assert drv.execute_script(
+        "const e = document.documentElement; return e.scrollWidth <= e.clientWidth")
+    assert drv.execute_script("return document.getElementById('map-img').getBoundingClientRect()"
+                              ".right") <= 390
+    _screenshot(drv, "ui-390x844.png", (390, 844))
+    _viewport(drv, 1280, 800)
+
+
+def test_the_map_follows_the_features_picked(server, browser):
+    base, mid, _ = server
+    drv = browser
+    wait = _open(drv, base)
+    _fill(drv)
+    Select(drv.find_element(By.ID, "map-a")).select_by_visible_text("debt")
+    wait.until(lambda d: _requests(d, "/map.png") and "debt:" in d.find_element(
+        By.ID, "map-caption").text)
+    Select(drv.find_element(By.ID, "map-b")).select_by_visible_text("income")
+    wait.until(lambda d: d.find_element(By.ID, "map-b-name").text.startswith("income:"))
+    last = _requests(drv, "/map.png")[-1]
+    assert last["features"] == ["debt", "income"]
+    r = httpx.post(f"{base}/v1/models/{mid}/map.png", headers=AUTH, json=last)
+    want = _api_pixels(r.content)
+    wait.until(lambda d: np.array_equal(_shown_pixels(d), want))
+    cf = json.loads(r.headers["X-Map-Counterfactual"])
+    assert f"debt = {_fmt(cf['debt'])}, income = {_fmt(cf['income'])}" in drv.find_element(
+        By.ID, "map-caption").text
+    # the same feature twice: the API's message, shown beside the picture, never a crash
+    Select(drv.find_element(By.ID, "map-b")).select_by_visible_text("debt")
+    err = wait.until(lambda d: d.find_element(By.ID, "err-map").text or None)
+    assert "must differ" in err
+    # and the old picture is gone, not left standing under the error
+    assert drv.find_element(By.ID, "map-img").get_attribute("src") in (None, "")
+    assert drv.find_element(By.ID, "map-caption").text == ""
+
+
+def test_validation_error_is_shown_beside_its_field(server, browser):
+    base, mid, _ = server
+    drv = browser
+    wait = _open(drv, base)
+    _fill(drv)
+    _set(_field(drv, "income"), 500)  # above the legal range [0, 200]
+    drv.find_element(By.ID, "submit").click()
+    err = wait.until(lambda d: d.find_element(By.ID, "err-in-0").text or None)
+    (sent,) = _requests(drv, "/counterfactuals")
+    api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH, json=sent)
+    assert api.status_code == 422 and api.json()["field"] == "instance.income"
+    assert err == api.json()["message"]
+    income = _field(drv, "income")
+    assert income.get_attribute("aria-invalid") == "true"
+    assert drv.switch_to.active_element == income  # focus moved to the field to fix
+    assert drv.find_element(By.ID, "form-error").text == ""
+    # an empty field is caught before any request, next to that field
+    income.clear()
+    drv.find_element(By.ID, "submit").click()
+    assert "needs a number" in wait.until(lambda d: d.find_element(By.ID, "err-in-0").text or None)
+    assert len(_requests(drv, "/counterfactuals")) == 1
+
+
+def test_infeasible_answer_shows_its_reason(server, browser):
+    base, mid, _ = server
+    drv = browser
+    wait = _open(drv, base)
+    _fill(drv)
+    drv.find_element(By.CSS_SELECTOR, "#constraints-box summary").click()
+    for box in drv.find_elements(By.CSS_SELECTOR, '[data-constraint="immutable"]'):
+        if not box.is_selected():
+            box.send_keys(Keys.SPACE)  # checkboxes toggle from the keyboard
+    drv.find_element(By.ID, "submit").send_keys(Keys.ENTER)
+    wait.until(ec.visibility_of_element_located((By.ID, "infeasible")))
+    (sent,) = _requests(drv, "/counterfactuals")
+    assert sorted(sent["immutable"]) == sorted(f["name"] for f in SPEC["features"])
+    api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH, json=sent).json()
+    assert api["feasible"] is False and api["reason"]
+    assert drv.find_element(By.ID, "infeasible").text == f"feasible: false. {api['reason']}"
+    assert not drv.find_element(By.ID, "found").is_displayed()
+
+
+def test_every_control_is_reached_with_the_tab_key(server, browser):
+    base, _, _ = server
+    drv = browser
+    _open(drv, base)
+    drv.find_element(By.ID, "token").click()
+    seen = []
+    for _ in range(80):
+        el = drv.switch_to.active_element
+        seen.append(el.get_attribute("id") or el.tag_name)
+        if seen[-1] == "map-draw":
+            break
+        el.send_keys(Keys.TAB)
+    want = ["token", "model", "reload", "in-0", "in-1", "in-group-1", "in-4", "in-5",
+            "opt-target", "opt-norm", "opt-k", "summary", "submit", "map-a", "map-b",
+            "map-zoom", "map-draw"]
+    assert seen == want
+    # and a focused control is visibly outlined
+    outline = drv.execute_script(
+        "return getComputedStyle(document.activeElement).outlineStyle")
+    assert outline not in ("", "none")
+
+
+def test_wrong_token_is_reported(server, browser):
+    base, _, _ = server
+    drv = browser
+    drv.get(base + "/ui")
+    _set(drv.find_element(By.ID, "token"), "wrong")
+    drv.find_element(By.ID, "reload").click()
+    WebDriverWait(drv, 30).until(
+        lambda d: "Could not list models" in d.find_element(By.ID, "model-status").text)
