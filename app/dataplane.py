@@ -32,13 +32,15 @@ __all__ = ["QueryLimits", "counterfactual_answer", "map_picture"]
 
 @dataclass(frozen=True)
 class QueryLimits:
-    """The service's per-request limits (``CFMAPS_MAX_BATCH``, ``CFMAPS_MAX_K``) and the
-    norm of a query that names none (``CFMAPS_DEFAULT_NORM``)."""
+    """The service's per-request limits (``CFMAPS_MAX_BATCH``, ``CFMAPS_MAX_K``,
+    ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_MAP_MAX_SIDE``) and the norm of a query that names
+    none (``CFMAPS_DEFAULT_NORM``)."""
 
     max_batch: int = 1000
     max_k: int = 100
     default_norm: str = "l1"
     map_max_side: int = 1024
+    max_boxes: int | None = None  # the engine's default
 
 
 def _request_path(exc: InvalidQueryError, single: bool) -> str | None:
@@ -103,6 +105,7 @@ def counterfactual_answer(
             bounds=None if body.bounds is None else {k: list(v) for k, v in body.bounds.items()},
             k=body.k,
             group_costs=body.group_costs,
+            max_boxes=limits.max_boxes,
         )
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, single)
@@ -152,7 +155,7 @@ def map_picture(
         sl = map_slice(maps, x, a, b, body.width, body.height, body.a_range, body.b_range)
         held = [n for j, n in enumerate(names) if j not in (a, b)]
         res = maps.counterfactual(x, target, norm=body.norm or limits.default_norm,
-                                  immutable=held)
+                                  immutable=held, max_boxes=limits.max_boxes)
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, True)
         raise

@@ -65,6 +65,12 @@ class Settings(BaseSettings):
         Most counterfactuals per instance a query may ask for.
     ui : bool
         Serve the explorer page at ``/ui`` (it uses the public API with its user's token).
+    query_max_boxes : int
+        Most boxes of unresolved (mixed) regions the search for one instance may pop
+        before the query fails with 422 ``budget_exceeded`` (the engine's ``max_boxes``).
+        It bounds a query's time and memory on maps a budgeted build left mixed regions
+        in: a box costs 25-70 us on a Credit random forest of 100 trees, so the default
+        500,000 caps such a query at roughly 15-35 s (the engine's own default is 2M).
     map_max_side : int
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.
     build_workers : int
@@ -118,6 +124,7 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=256 * MiB, gt=0)
     max_unpacked_factor: int = Field(default=20, gt=0)
     max_k: int = Field(default=100, gt=0)
+    query_max_boxes: int = Field(default=500_000, gt=0)
     map_max_side: int = Field(default=1024, gt=0, le=2048)
     ui: bool = True
     build_workers: int = Field(default=1, gt=0)

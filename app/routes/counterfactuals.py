@@ -103,7 +103,7 @@ def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _limits(settings: Any) -> QueryLimits:
     return QueryLimits(settings.max_batch, settings.max_k, settings.default_norm,
-                       settings.map_max_side)
+                       settings.map_max_side, settings.query_max_boxes)
 
 
 _PNG: dict[int | str, dict[str, Any]] = {

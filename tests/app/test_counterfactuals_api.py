@@ -231,3 +231,29 @@ def test_default_norm_setting(service_factory: Any, rf: Fitted) -> None:
         ).json()
         cf = _check(res, rf, x, NAMES)
         assert res["counterfactual_distance"] == pytest.approx(np.abs(cf - x).max(), rel=1e-6)
+
+
+def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:
+    """CFMAPS_QUERY_MAX_BOXES bounds the mixed-region search of each instance: on maps a
+    build left mixed regions in, a query that needs more boxes is a 422 budget_exceeded
+    naming the limit, and the queries that fit answer exactly as without the limit."""
+    X = rf.X[:40]
+    with service_factory(build_max_rectangles=20) as svc:
+        mid = svc.add(rf.skops)
+        free = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                               json={"instances": X.tolist(), "norm": "l2"}).json()["results"]
+    with service_factory(build_max_rectangles=20, query_max_boxes=1) as svc:
+        mid = svc.add(rf.skops)
+        refused = 0
+        for x, want in zip(X, free, strict=True):
+            r = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                                json={"instance": x.tolist(), "norm": "l2"})
+            if r.status_code == 422:
+                assert r.json()["error"] == "budget_exceeded"
+                assert "more than 1 boxes" in r.json()["message"]
+                assert want["stats"]["regions_refined"] > 1
+                refused += 1
+            else:
+                assert r.status_code == 200
+                assert r.json()["counterfactual_distance"] == want["counterfactual_distance"]
+        assert refused > 0
