@@ -203,7 +203,8 @@ def sweep_workspace(coff, m, c, max_depth_nodes):
     """Workspace ``sw`` of :func:`sweep_bound`."""
     d = max_depth_nodes
     return (np.zeros((coff[-1] + m, c)), np.zeros(m, dtype=np.int32),
-            np.empty(d, dtype=np.int32), np.empty((d, c)), np.empty((m, c)), np.empty(c))
+            np.empty(d, dtype=np.int32), np.empty((d, c)), np.empty((m, c)), np.empty(c),
+            np.empty((m, c), dtype=np.int32))
 
 
 @njit(cache=True, nogil=True)
@@ -231,7 +232,9 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
     ``coff`` are the grid's per-feature cell offsets (shape (m + 1,)). ``sw`` is a workspace
     from :func:`sweep_workspace`: ``diff`` (shape (n_cells + m, c); each feature owns one
     spare slot past its last cell) and ``touched`` (shape (m,)), both zero on entry and
-    left zero, ``seg`` and ``segmin`` (segments of one tree), ``flow`` and ``run``. Fills
+    left zero, ``seg`` and ``segmin`` (segments of one tree), ``flow`` and ``run``, and ``amin``
+    (shape (m, c)): per feature and class b, the cell where the summed projections of the
+    margin over b are lowest (-1 on features no tree was projected on). Fills
     ``lb[b]`` (shape (c,), lower bound of score_a - score_b).
 
     With ``shrink`` (and ``a`` not a target class of ``tmask``), the same sums also bound
@@ -243,7 +246,7 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
 
     Returns (min over b != a of lb[b], whether the region was narrowed).
     """
-    diff, touched, seg, segmin, flow, run_b = sw
+    diff, touched, seg, segmin, flow, run_b, amin = sw
     _, _, lnode, llo, lhi, tleaf, tnleaf = rec
     c = cs.shape[0]
     m = lo.shape[0]
@@ -323,6 +326,7 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
                 run += diff[j, b]
                 if run < low:
                     low = run
+                    amin[f, b] = j - j0
             flow[f, b] = low
             lb[b] += low
     worst = np.inf
@@ -334,6 +338,8 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
         nlo[f] = lo[f]
         nhi[f] = hi[f]
         if touched[f] == 0:
+            for b in range(c):
+                amin[f, b] = -1
             continue
         touched[f] = 0
         j0 = coff[f] + f
