@@ -23,7 +23,7 @@ memory only, ``loading`` while a restarted service loads a ready model. At start
   files stay untouched so that repairing them (or fixing the configuration, e.g.
   ``CFMAPS_TRUST_PICKLE``) and restarting brings it back.
 
-The service assumes it is the only process writing its data dir (one uvicorn worker).
+Any number of processes may share the data dir (:meth:`Registry.sync`, :class:`BuildLock`).
 """
 
 from __future__ import annotations
@@ -391,10 +391,14 @@ class Registry:
             progress=float(status.get("progress") or 0.0),
         )
 
+    def model_file(self, entry: ModelEntry) -> Path:
+        """The stored (uploaded) model file of ``entry``."""
+        return self.root / entry.id / modelio.FILE_NAMES[entry.format]
+
     def _read_model_file(self, entry: ModelEntry) -> Any:
         """The model stored with ``entry``, through the same safe loader as an upload."""
         model, _ = modelio.load_model_file(
-            self.root / entry.id / modelio.FILE_NAMES[entry.format],
+            self.model_file(entry),
             trust_pickle=self.settings.trust_pickle,
             max_unpacked_bytes=self._max_unpacked(),
         )

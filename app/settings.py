@@ -64,7 +64,8 @@ class Settings(BaseSettings):
     max_k : int
         Most counterfactuals per instance a query may ask for.
     build_workers : int
-        Builds that run at the same time; more wait in a queue (status ``queued``).
+        Builds that run at the same time, each in its own worker process
+        (:mod:`app.builds`); more wait in a queue (status ``queued``).
     build_jobs : int or None
         Threads used inside one build. Default: all cores but one, so that queries keep a
         core while a build runs.
