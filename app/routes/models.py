@@ -50,7 +50,10 @@ _SPEC_DOC = (
         202: {"links": _LINKS},
         400: {"model": ErrorResponse, "description": "Malformed multipart body"},
         413: {"model": ErrorResponse, "description": "Upload too large"},
-        422: {"model": ErrorResponse, "description": "Bad model file or spec"},
+        422: {"model": ErrorResponse,
+              "description": "The model file is no model the service reads (any non-empty "
+                             "bytes are a valid `model` part, few are a skops, XGBoost or "
+                             "LightGBM model file), an unsupported model, or a bad spec"},
     },
     summary="Upload a model and build its counterfactual maps",
 )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -25,6 +26,13 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 LOCAL = ("127.0.0.1", 50000)
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on (for a real server in a test)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 REMOTE = ("203.0.113.7", 50000)
 
 

@@ -10,7 +10,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,23 +24,17 @@ import build_faults
 import httpx
 import pytest
 import uvicorn
-from svc_helpers import Fitted, Service, upload, wait_built, wait_until
+from svc_helpers import Fitted, Service, free_port, upload, wait_built, wait_until
 
 from app.main import create_app
 from app.settings import Settings
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
 def _uvicorn(settings: Settings) -> Iterator[tuple[str, Any]]:
     """The app under a real uvicorn in a thread: (base url, app)."""
     app = create_app(settings)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=_free_port(),
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
                                         log_level="warning", lifespan="on"))
     thread = threading.Thread(target=srv.run, name="uvicorn-faults", daemon=True)
     thread.start()
@@ -249,7 +242,7 @@ def _children(pid: int) -> list[int]:
 def test_an_api_process_killed_under_load_leaves_the_other_answering(
     rf: Fitted, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "CFMAPS_DATA_DIR": str(tmp_path / "data"),
            "CFMAPS_SYNC_INTERVAL_SECONDS": "0.2"}
     cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
