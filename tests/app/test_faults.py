@@ -92,6 +92,7 @@ def test_a_full_disk_while_saving_maps_fails_the_model_cleanly(
         assert info["status"] == "failed"
         assert info["error"].startswith("could not save the maps: No space left on device (ENOSPC)")
         model_dir = data_dir / "models" / model_id
+        svc.app.state.builds.wait(timeout=30)  # "failed" shows before status.json is written
         # nothing half-written: no maps, no temporaries; the upload itself is intact
         assert sorted(p.name for p in model_dir.iterdir()) == [".build.lock", "model.skops",
                                                                "spec.json", "status.json"]
