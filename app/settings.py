@@ -102,6 +102,10 @@ class Settings(BaseSettings):
         (models added, built, deleted; build progress).
     workers : int
         Processes ``cfmaps serve`` starts over the data dir (``--workers``).
+    rate_limit_per_minute : int or None
+        Answers (counterfactuals times ``k``, predictions) one client (bearer token, else
+        address) may ask the query routes for per minute, per process; unset: no limit
+        (:mod:`app.ratelimit` says why a service may want one).
     """
 
     model_config = SettingsConfigDict(env_prefix="CFMAPS_", extra="ignore")
@@ -126,6 +130,7 @@ class Settings(BaseSettings):
     role: Literal["all", "api", "builder"] = "all"
     workers: int = Field(default=1, gt=0)
     sync_interval_seconds: float = Field(default=0.5, gt=0)
+    rate_limit_per_minute: int | None = Field(default=None, gt=0)
 
     @field_validator("api_tokens", mode="before")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from starlette.concurrency import run_in_threadpool
 
 from ..dataplane import QueryLimits, counterfactual_answer
@@ -20,7 +20,7 @@ from ..schemas import (
     PredictRequest,
 )
 from ..security import require_query
-from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep
+from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep, charge
 
 router = APIRouter(prefix="/v1/models", tags=["queries"], dependencies=[Depends(require_query)])
 
@@ -35,6 +35,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         409: "Model not ready",
         413: "Body or batch too large",
         422: "Invalid input (the `field` names it)",
+        429: "Rate limit reached (`CFMAPS_RATE_LIMIT_PER_MINUTE`; see `Retry-After`)",
     }.items()
 }
 
@@ -46,6 +47,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Exact nearest counterfactuals",
 )
 async def counterfactuals(
+    request: Request,
     model_id: ModelId,
     body: CounterfactualRequest,
     registry: RegistryDep,
@@ -60,6 +62,7 @@ async def counterfactuals(
     """
     entry = registry.get_ready(model_id)
     assert entry.maps is not None
+    charge(request, _count(body) * min(int(body.k), settings.max_k))
     limits = QueryLimits(settings.max_batch, settings.max_k, settings.default_norm)
     # CPU-bound engine work runs in the threadpool so the event loop keeps serving.
     answer = await run_in_threadpool(
@@ -77,10 +80,15 @@ async def counterfactuals(
     summary="The model's own labels and class probabilities",
 )
 async def predict(
-    model_id: ModelId, body: PredictRequest, registry: RegistryDep, settings: SettingsDep
+    request: Request,
+    model_id: ModelId,
+    body: PredictRequest,
+    registry: RegistryDep,
+    settings: SettingsDep,
 ) -> JSONResponse:
     """Labels and probabilities from the uploaded model itself (not from the maps)."""
     entry = registry.get_ready(model_id)
+    charge(request, _count(body))
     X, single = entry.codec.matrix(body, settings.max_batch)
     labels, proba = await run_in_threadpool(_predict, entry.model, X)
     names = [str(c) for c in entry.classes]
@@ -92,6 +100,11 @@ async def predict(
         for i in range(X.shape[0])
     ]
     return JSONResponse(out[0] if single else {"results": out})
+
+
+def _count(body: PredictRequest | CounterfactualRequest) -> int:
+    """Instances a body asks about (the codec checks the batch limit afterwards)."""
+    return len(body.instances) if body.instances is not None else 1
 
 
 def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
