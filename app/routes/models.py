@@ -63,7 +63,9 @@ async def create_model(
     model: Annotated[
         UploadFile,
         File(description="skops file (pickle/joblib if trusted); not empty",
-             json_schema_extra={"minLength": 1}),
+             # format binary: how OpenAPI 3.0 tools (client generators) know a file part;
+             # FastAPI states only 3.1's contentMediaType
+             json_schema_extra={"minLength": 1, "format": "binary"}),
     ],
     spec: Annotated[str | UploadFile | None, Form(description=_SPEC_DOC)] = None,
 ) -> JSONResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import skops.io as sio
+import uvicorn
 
 from app.main import create_app
 from app.settings import Settings
@@ -151,3 +153,23 @@ def start_service(
     with TestClient(app, client=client, raise_server_exceptions=raise_server_exceptions) as c:
         wait_ready(c)
         yield Service(c, settings)
+
+
+@contextmanager
+def serve_uvicorn(settings: Settings) -> Iterator[tuple[str, Any]]:
+    """The app under a real uvicorn in a thread, on a free loopback port:
+    ``(base url, app)``."""
+    app = create_app(settings)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
+                                        log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=srv.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{srv.config.port}", app
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from svc_helpers import free_port
+from svc_helpers import serve_uvicorn
 
-from app.main import create_app
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,17 +26,7 @@ BUDGET = 90
 @pytest.mark.slow
 def test_schemathesis_finds_no_contract_failure(tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", build_max_seconds=5)
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                                        log_level="critical", lifespan="on"))
-    thread = threading.Thread(target=srv.run, name="uvicorn-contract", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with serve_uvicorn(settings) as (base, _):
         assert httpx.get(f"{base}/readyz", timeout=10).status_code == 200
         cmd = [
             sys.executable, "-m", "schemathesis.cli",
@@ -56,9 +42,6 @@ def test_schemathesis_finds_no_contract_failure(tmp_path: Path) -> None:
         ]
         run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True,
                              timeout=BUDGET + 150)
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-6000:]
     for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):

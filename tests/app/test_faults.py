@@ -14,39 +14,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import build_faults
 import httpx
 import pytest
-import uvicorn
-from svc_helpers import Fitted, Service, free_port, upload, wait_built, wait_until
+from svc_helpers import Fitted, Service, free_port, serve_uvicorn, upload, wait_built, wait_until
 
-from app.main import create_app
 from app.settings import Settings
-
-
-@contextmanager
-def _uvicorn(settings: Settings) -> Iterator[tuple[str, Any]]:
-    """The app under a real uvicorn in a thread: (base url, app)."""
-    app = create_app(settings)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
-                                        log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=srv.run, name="uvicorn-faults", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{srv.config.port}", app
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=30)
 
 
 def _wait_http_ready(http: httpx.Client, model_id: str, timeout: float = 120.0) -> dict[str, Any]:
@@ -162,7 +139,7 @@ def test_damaged_maps_are_refused_at_load_with_the_reason(
 def test_upload_and_delete_of_the_same_model_racing(rf: Fitted, tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", sync_interval_seconds=0.05)
     statuses: list[int] = []
-    with _uvicorn(settings) as (base, app), ThreadPoolExecutor(8) as pool:
+    with serve_uvicorn(settings) as (base, app), ThreadPoolExecutor(8) as pool:
         with httpx.Client(base_url=base, timeout=60) as http:
             for delay in (0.0, 0.0, 0.05, 0.2, 0.5, 1.0, 1.5, 2.5):
                 r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
@@ -199,7 +176,7 @@ def test_upload_and_delete_of_the_same_model_racing(rf: Fitted, tmp_path: Path) 
 def test_a_hundred_concurrent_clients_are_all_answered_correctly(rf: Fitted, tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data")
     rows = rf.X[:20].tolist()
-    with _uvicorn(settings) as (base, _), httpx.Client(base_url=base, timeout=60) as http:
+    with serve_uvicorn(settings) as (base, _), httpx.Client(base_url=base, timeout=60) as http:
         model_id = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)}).json()["id"]
         assert _wait_http_ready(http, model_id)["status"] == "ready"
         url = f"/v1/models/{model_id}/counterfactuals"
