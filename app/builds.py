@@ -1,31 +1,52 @@
-"""Background builds of counterfactual maps.
+"""Background builds of counterfactual maps, each in its own worker process.
 
-Builds run in a :class:`~concurrent.futures.ThreadPoolExecutor` with
-``CFMAPS_BUILD_WORKERS`` threads, not in a process pool, because
+A :class:`~concurrent.futures.ThreadPoolExecutor` with ``CFMAPS_BUILD_WORKERS`` threads
+runs the builds; each thread starts one child process (:mod:`app.build_worker`) per build
+and follows it. The child, not this process, loads the model file, builds and saves the
+maps, because
 
-* the engine's extraction is numba ``nogil`` code that runs its own worker threads, so a
-  build thread does not hold the GIL while it works and queries keep being answered;
-* the progress callback can write the shared :class:`~app.registry.ModelEntry` directly,
-  and a delete or a shutdown can cancel a build through a :class:`threading.Event` that the
-  callback checks, with no inter-process plumbing;
-* the built maps need no pickling back to the parent: they are saved, then re-loaded
-  memory-mapped exactly as after a restart, so a model only becomes ``ready`` once its maps
-  were proven readable from disk.
+* a build that crashes in native code or is killed by the OS for memory (large models
+  need gigabytes) takes only the child down, never the process that answers queries;
+* a cancelled build (the model deleted, the service stopping) is stopped at once by
+  killing the child, where a thread could only be asked to stop at its next progress
+  report;
+* the child caps its own address space (``RLIMIT_AS``) above the memory budget.
 
-What a thread pool cannot do is kill a runaway build; ``CFMAPS_BUILD_MAX_SECONDS`` bounds
-it instead (on budget the engine keeps *mixed* regions that queries refine, so answers stay
-exact). A process crash leaves the status ``queued``/``building`` on disk; the next start queues
-the build again from the stored model file (:meth:`app.registry.Registry.open`).
+The children are forked from a *forkserver* that imported the engine once, so a build
+starts in milliseconds rather than the seconds a fresh interpreter takes to import numpy,
+scikit-learn and numba, and inherits nothing of this process (no threads, no sockets, no
+build locks).
+
+This process keeps everything else: the build lock, the model's status and progress
+(which the child reports over a pipe), the metrics, and loading the saved maps
+memory-mapped, exactly as after a restart, so a model only becomes ``ready`` once its
+maps were proven readable from disk and to belong to its model file.
+
+A child that dies without reporting (a crash, ``kill -9``, the OOM killer) is started
+again from the stored model file, up to :data:`ATTEMPTS` times; after that the model is
+``failed`` with the reason. A child that overruns ``CFMAPS_BUILD_MAX_SECONDS`` by far
+(saving and indexing included) is killed. If this whole process dies, the status stays
+``queued``/``building`` on disk and the next process that builds (at its start or its next
+sync) takes the build over (:meth:`app.registry.Registry.sync`).
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import shutil
+import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
 
-from maps_core import CounterfactualMaps, MapsError
+from maps_core import CounterfactualMaps, MapsError, flatten_model
 
+from . import build_worker
+from .build_worker import BuildJob
 from .metrics import Metrics
 from .registry import ModelEntry, Registry
 from .settings import Settings
@@ -36,30 +57,60 @@ log = logging.getLogger("cfmaps.app")
 _EXTRACT_SHARE = 0.95
 # Seconds between progress writes to status.json (read by the other processes).
 _PROGRESS_EVERY = 0.5
+#: Times a build is started before a worker that keeps dying fails the model: once is a
+#: fluke (a node drained, an operator's kill), three times is the build itself (memory).
+ATTEMPTS = 3
+#: How often the parent looks at the cancel flag and the child while waiting for news.
+_POLL_SECONDS = 0.1
+#: A child is killed when it runs this much longer than ``CFMAPS_BUILD_MAX_SECONDS``
+#: (flattening, indexing and saving come on top of the extraction budget).
+OVERRUN_SECONDS = 600.0
+
+Worker = Callable[[BuildJob, Connection], None]
+
+
+def _context() -> Any:
+    """The multiprocessing context that starts build workers (see the module docstring)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["app.build_worker"])
+    return ctx
 
 
 class BuildCancelled(Exception):
-    """Raised from the progress callback to stop a build whose model was deleted."""
+    """The build's model was deleted, or the service is stopping."""
+
+
+class WorkerDied(Exception):
+    """The build worker exited without reporting an outcome."""
 
 
 class BuildManager:
-    """Runs builds in a thread pool and records their outcome in the registry.
+    """Runs builds in worker processes and records their outcome in the registry.
 
     Parameters
     ----------
     registry : Registry
     settings : Settings
     metrics : Metrics
+
+    Attributes
+    ----------
+    worker : callable
+        The child process's entry point, ``worker(job, conn)``
+        (:func:`app.build_worker.run`); tests substitute one that misbehaves. It must be
+        picklable by reference (a module-level function or a ``functools.partial`` of one).
     """
 
     def __init__(self, registry: Registry, settings: Settings, metrics: Metrics) -> None:
         self.registry = registry
         self.settings = settings
         self.metrics = metrics
+        self.worker: Worker = build_worker.run
         self._executor = ThreadPoolExecutor(
             max_workers=settings.build_workers, thread_name_prefix="cfmaps-build"
         )
         self._futures: set[Future[None]] = set()
+        self._children: dict[str, Any] = {}
 
     def submit(self, entry: ModelEntry) -> Future[None] | None:
         """Queue the build of a ``queued`` model; None when this process does not build
@@ -74,7 +125,8 @@ class BuildManager:
         return fut
 
     def shutdown(self) -> None:
-        """Cancel queued builds and ask running ones to stop; does not wait for them."""
+        """Cancel queued builds and stop running ones (their workers are killed); does
+        not wait for them."""
         self.registry.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -84,6 +136,10 @@ class BuildManager:
         for fut in list(self._futures):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             fut.result(timeout=remaining)
+
+    def worker_pids(self) -> dict[str, int]:
+        """Process id of the running build worker per model id (operators, tests)."""
+        return {mid: p.pid for mid, p in list(self._children.items()) if p.pid is not None}
 
     # -- the build ------------------------------------------------------------------------
     def _run(self, entry: ModelEntry) -> None:
@@ -109,10 +165,11 @@ class BuildManager:
         self.metrics.builds_running.inc()
         error: str | None = None
         try:
-            outcome = self._build(entry)
+            error = self._build(entry)
+            outcome = "ready" if error is None else "failed"
         except BuildCancelled:
             outcome = "cancelled"
-        except MapsError as exc:
+        except MapsError as exc:  # loading the saved maps
             outcome, error = "failed", f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # a bug (ours or the engine's): keep the service up
             log.exception("build of model %s crashed", entry.id)
@@ -128,47 +185,150 @@ class BuildManager:
         elif outcome == "ready":
             self.registry.publish_ready(entry)
 
-    def _build(self, entry: ModelEntry) -> str:
-        last_written = [time.monotonic()]
-
-        def progress(fraction: float) -> None:
-            if entry.cancel.is_set():
-                raise BuildCancelled()
-            f = min(max(float(fraction), 0.0), 1.0) * _EXTRACT_SHARE
-            if f > entry.progress:
-                entry.progress = f
-            now = time.monotonic()
-            if now - last_written[0] >= _PROGRESS_EVERY:  # for the other processes
-                last_written[0] = now
-                self.registry.persist_progress(entry)
-
+    def _job(self, entry: ModelEntry) -> BuildJob:
         s = self.settings
-        maps = CounterfactualMaps.build(
-            entry.model,
-            entry.schema,
+        return BuildJob(
+            model_id=entry.id,
+            model_path=str(self.registry.model_file(entry)),
+            trust_pickle=s.trust_pickle,
+            max_unpacked_bytes=s.max_upload_bytes * s.max_unpacked_factor,
+            features=entry.features,
+            maps_path=str(self.registry.maps_dir(entry)),
             max_rectangles=s.build_max_rectangles,
             max_seconds=s.build_max_seconds,
             max_memory=s.effective_build_memory(),
-            on_budget="mixed",
-            progress=progress,
             n_jobs=s.effective_build_jobs(),
         )
-        # Save and re-load under the entry's lock so that a concurrent delete waits for the
-        # files to be complete before removing the directory.
+
+    def _build(self, entry: ModelEntry) -> str | None:
+        """Run workers until one reports (or :data:`ATTEMPTS` died) and attach the maps it
+        saved; None when the model is ready, else why it failed.
+
+        Raises
+        ------
+        BuildCancelled
+        """
+        job = self._job(entry)
+        deaths: list[str] = []
+        # The entry's io lock is held while a worker may write into the model's directory,
+        # so that a delete waits (at most one poll) for the worker to be killed before it
+        # removes the directory.
         with entry.io_lock:
+            while True:
+                try:
+                    reason = self._run_worker(entry, job)
+                    break
+                except WorkerDied as died:
+                    deaths.append(str(died))
+                    if len(deaths) >= ATTEMPTS:
+                        return (f"the build worker died {len(deaths)} times, last: it "
+                                f"{deaths[-1]}; the build needs more memory than this "
+                                "machine gives it, or crashes")
+                    log.warning("model %s: build worker %s; building again (attempt %d of %d)",
+                                entry.id, died, len(deaths) + 1, ATTEMPTS)
+                    entry.progress = 0.0
+                    self.registry.persist_progress(entry)
+            if reason is not None:
+                return reason
             if entry.cancel.is_set():
-                return "cancelled"
-            path = self.registry.maps_dir(entry)
-            maps.save(path)
+                raise BuildCancelled()
             entry.progress = max(entry.progress, 0.98)
-            loaded = CounterfactualMaps.load(path)
-        del maps
+            loaded = CounterfactualMaps.load(self.registry.maps_dir(entry))
+        # The maps must belong to the model this process serves /predict with, and
+        # near-tie points are decided by it, as after a restart (Registry._load_entry).
+        if loaded.fingerprint != flatten_model(entry.model).fingerprint():
+            return "the saved maps do not belong to the model file"
+        loaded.attach_model(entry.model)
         if not self.registry.attach(entry, loaded):
-            return "cancelled"
+            raise BuildCancelled()
         log.info(
             "model %s ready: %d rectangles in %.2fs",
             entry.id,
             sum(loaded.stats.rectangles_per_class),
             loaded.stats.seconds,
         )
-        return "ready"
+        return None
+
+    def _run_worker(self, entry: ModelEntry, job: BuildJob) -> str | None:
+        """One worker process from start to end: None when it saved the maps, the reason
+        when it failed.
+
+        Raises
+        ------
+        BuildCancelled
+            The model was deleted or the service is stopping (the worker is killed).
+        WorkerDied
+            The worker exited without reporting.
+        """
+        ctx = _context()
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=self.worker, args=(job, send), daemon=True,
+                           name=f"cfmaps-build-{entry.id[:8]}")
+        limit = None if job.max_seconds is None else job.max_seconds + OVERRUN_SECONDS
+        t0 = time.monotonic()
+        last_written = t0
+        saved = False
+        try:
+            proc.start()
+            send.close()  # the child holds the write end now: EOF here means it is gone
+            self._children[entry.id] = proc
+            log.info("model %s: build worker %d started", entry.id, proc.pid)
+            while True:
+                if entry.cancel.is_set():
+                    raise BuildCancelled()
+                if limit is not None and time.monotonic() - t0 > limit:
+                    return (f"the build ran {OVERRUN_SECONDS:.0f} s over its time budget "
+                            "(CFMAPS_BUILD_MAX_SECONDS) and was stopped")
+                try:
+                    if not recv.poll(_POLL_SECONDS):
+                        continue
+                    kind, value = recv.recv()
+                except (EOFError, OSError):
+                    proc.join(timeout=5)
+                    raise WorkerDied(_exit_description(proc.exitcode)) from None
+                if kind == "progress":
+                    f = min(max(float(value), 0.0), 1.0) * _EXTRACT_SHARE
+                    entry.progress = max(entry.progress, f)
+                    now = time.monotonic()
+                    if now - last_written >= _PROGRESS_EVERY:  # for the other processes
+                        last_written = now
+                        self.registry.persist_progress(entry)
+                elif kind == "done":
+                    saved = True
+                    return None
+                else:
+                    return str(value)
+        finally:
+            self._children.pop(entry.id, None)
+            recv.close()
+            if proc.is_alive() and not saved:  # cancelled or overran: stop it, whatever it does
+                proc.kill()
+            if proc.pid is not None:
+                proc.join(timeout=10)
+            if not saved:
+                _remove_partial_saves(self.registry.maps_dir(entry))
+
+
+def _exit_description(code: int | None) -> str:
+    if code is None:
+        return "stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (the OS kills for memory with SIGKILL)" if -code == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with status {code} without reporting"
+
+
+def _remove_partial_saves(maps_dir: Path) -> None:
+    """Remove what a killed worker was saving (the save's temporary sibling directories,
+    :func:`maps_core.storage.save_artifact`): the build lock is held, so nobody else writes
+    there."""
+    parent = maps_dir.parent
+    if not parent.is_dir():
+        return
+    for pattern in (f".{maps_dir.name}.tmp-*", f".{maps_dir.name}.old-*"):
+        for d in parent.glob(pattern):
+            shutil.rmtree(d, ignore_errors=True)

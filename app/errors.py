@@ -84,6 +84,10 @@ class PayloadTooLargeError(ApiError):
     """Body, upload or batch above the configured limit."""
 
 
+class RateLimitedError(ApiError):
+    """The client asked for more answers than its rate limit allows (``app.ratelimit``)."""
+
+
 class UnauthorizedError(ApiError):
     """No credentials were given where they are required."""
 
@@ -104,6 +108,7 @@ ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     PayloadTooLargeError: (413, "payload_too_large"),
     UnauthorizedError: (401, "unauthorized"),
     ForbiddenError: (403, "forbidden"),
+    RateLimitedError: (429, "rate_limited"),
     # engine errors
     InvalidQueryError: (422, "invalid_query"),
     SchemaError: (422, "invalid_schema"),

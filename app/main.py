@@ -27,6 +27,7 @@ from .builds import BuildManager
 from .errors import error_body
 from .metrics import Metrics, MetricsMiddleware
 from .observability import WORKER_LOG_ENV, RequestIdMiddleware, configure_logging
+from .ratelimit import RateLimiter
 from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
@@ -211,6 +212,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = registry
     app.state.builds = builds
     app.state.metrics = metrics
+    app.state.limiter = (
+        RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+    )
     errors.install(app)
     if settings.role != "builder":  # a builder serves the probes and metrics only
         app.include_router(models.router)

@@ -23,7 +23,7 @@ memory only, ``loading`` while a restarted service loads a ready model. At start
   files stay untouched so that repairing them (or fixing the configuration, e.g.
   ``CFMAPS_TRUST_PICKLE``) and restarting brings it back.
 
-The service assumes it is the only process writing its data dir (one uvicorn worker).
+Any number of processes may share the data dir (:meth:`Registry.sync`, :class:`BuildLock`).
 """
 
 from __future__ import annotations
@@ -242,6 +242,9 @@ class Registry:
         self.loaded = threading.Event()
         self._pending: list[ModelEntry] = []
         self._requeue: list[ModelEntry] = []
+        #: Ids deleted through this process whose directory a sync pass may still have
+        #: listed: the sync must not bring them back (cleared once they are off the disk).
+        self._deleted: set[str] = set()
         self.on_change: Callable[[], None] | None = None
         #: Called with an entry whose build must run again (set by the app to its build
         #: manager's ``submit``): an interrupted build, or maps of an older format.
@@ -391,10 +394,14 @@ class Registry:
             progress=float(status.get("progress") or 0.0),
         )
 
+    def model_file(self, entry: ModelEntry) -> Path:
+        """The stored (uploaded) model file of ``entry``."""
+        return self.root / entry.id / modelio.FILE_NAMES[entry.format]
+
     def _read_model_file(self, entry: ModelEntry) -> Any:
         """The model stored with ``entry``, through the same safe loader as an upload."""
         model, _ = modelio.load_model_file(
-            self.root / entry.id / modelio.FILE_NAMES[entry.format],
+            self.model_file(entry),
             trust_pickle=self.settings.trust_pickle,
             max_unpacked_bytes=self._max_unpacked(),
         )
@@ -507,13 +514,20 @@ class Registry:
                 {"name": entry.name, "features": entry.features, "classes": entry.class_names},
             )
             write_json_atomic(tmp / STATUS_FILE, entry.persisted())
-            os.replace(tmp, self.root / model_id)
+            # Registered before the directory appears under its name, so that a sync pass
+            # that lists it takes it for this process's, not for a stranger's to adopt.
+            with self._lock:
+                self._entries[model_id] = entry
+            try:
+                os.replace(tmp, self.root / model_id)
+            except BaseException:
+                with self._lock:
+                    del self._entries[model_id]
+                raise
             _fsync_dir(self.root)
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        with self._lock:
-            self._entries[model_id] = entry
         self._changed()
         return entry
 
@@ -602,6 +616,10 @@ class Registry:
         except OSError:
             return
         with self._lock:
+            # A delete removes the entry and adds the tombstone under this lock: whatever
+            # the listing above saw, a model deleted here is in neither ``known`` nor ``names``.
+            self._deleted &= names
+            names -= self._deleted
             known = dict(self._entries)
         for model_id in set(known) - names:  # deleted through another process
             gone = known[model_id]
@@ -628,7 +646,7 @@ class Registry:
             fresh.seen_mtime = mtime
             if entry is None:
                 with self._lock:
-                    if model_id in self._entries:
+                    if model_id in self._entries or model_id in self._deleted:
                         continue
                     self._entries[model_id] = fresh
                 entry = fresh
@@ -670,6 +688,7 @@ class Registry:
             entry = self.get(model_id)
             entry.cancel.set()
             del self._entries[model_id]
+            self._deleted.add(model_id)
         # Wait for a build that is saving maps into the directory (see builds.py).
         with entry.io_lock:
             d = self.root / model_id

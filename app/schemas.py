@@ -153,10 +153,16 @@ def parse_spec(text: str | bytes | None) -> ModelSpec:
 class _InstancesRequest(_Strict):
     # Exactly one of the two, stated in the schema (oneOf) as the codec enforces it; null
     # is accepted as "absent" but not advertised (SkipJsonSchema), so a client generated
-    # from the schema never sends it.
+    # from the schema never sends it. The oneOf sits inside an allOf (the same constraint):
+    # a oneOf at the top of an object schema makes client generators (openapi-python-client)
+    # read the body as a union of two property-less schemas and type it Any.
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"oneOf": [{"required": ["instance"]}, {"required": ["instances"]}]},
+        json_schema_extra={
+            "allOf": [{"oneOf": [{"required": ["instance"]}, {"required": ["instances"]}]}],
+            # whole bodies: tools that start from examples (schemathesis) send these
+            "examples": [{"instance": {"x0": 0.5, "x1": -1.2}}, {"instances": [[0.5, -1.2]]}],
+        },
     )
 
     instance: Instance | SkipJsonSchema[None] = Field(

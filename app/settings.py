@@ -74,7 +74,8 @@ class Settings(BaseSettings):
     map_max_side : int
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.
     build_workers : int
-        Builds that run at the same time; more wait in a queue (status ``queued``).
+        Builds that run at the same time, each in its own worker process
+        (:mod:`app.builds`); more wait in a queue (status ``queued``).
     build_jobs : int or None
         Threads used inside one build. Default: all cores but one, so that queries keep a
         core while a build runs.
@@ -111,6 +112,10 @@ class Settings(BaseSettings):
         (models added, built, deleted; build progress).
     workers : int
         Processes ``cfmaps serve`` starts over the data dir (``--workers``).
+    rate_limit_per_minute : int or None
+        Answers (counterfactuals times ``k``, predictions) one client (bearer token, else
+        address) may ask the query routes for per minute, per process; unset: no limit
+        (:mod:`app.ratelimit` says why a service may want one).
     """
 
     model_config = SettingsConfigDict(env_prefix="CFMAPS_", extra="ignore")
@@ -138,6 +143,7 @@ class Settings(BaseSettings):
     role: Literal["all", "api", "builder"] = "all"
     workers: int = Field(default=1, gt=0)
     sync_interval_seconds: float = Field(default=0.5, gt=0)
+    rate_limit_per_minute: int | None = Field(default=None, gt=0)
 
     @field_validator("api_tokens", mode="before")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -23,7 +23,7 @@ from ..schemas import (
     PredictRequest,
 )
 from ..security import require_query
-from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep
+from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep, charge
 
 router = APIRouter(prefix="/v1/models", tags=["queries"], dependencies=[Depends(require_query)])
 
@@ -38,6 +38,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         409: "Model not ready",
         413: "Body or batch too large",
         422: "Invalid input (the `field` names it)",
+        429: "Rate limit reached (`CFMAPS_RATE_LIMIT_PER_MINUTE`; see `Retry-After`)",
     }.items()
 }
 
@@ -49,6 +50,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Exact nearest counterfactuals",
 )
 async def counterfactuals(
+    request: Request,
     model_id: ModelId,
     body: CounterfactualRequest,
     registry: RegistryDep,
@@ -63,6 +65,7 @@ async def counterfactuals(
     """
     entry = registry.get_ready(model_id)
     assert entry.maps is not None
+    charge(request, _count(body) * min(int(body.k), settings.max_k))
     limits = _limits(settings)
     # CPU-bound engine work runs in the threadpool so the event loop keeps serving.
     answer = await run_in_threadpool(
@@ -80,10 +83,15 @@ async def counterfactuals(
     summary="The model's own labels and class probabilities",
 )
 async def predict(
-    model_id: ModelId, body: PredictRequest, registry: RegistryDep, settings: SettingsDep
+    request: Request,
+    model_id: ModelId,
+    body: PredictRequest,
+    registry: RegistryDep,
+    settings: SettingsDep,
 ) -> JSONResponse:
     """Labels and probabilities from the uploaded model itself (not from the maps)."""
     entry = registry.get_ready(model_id)
+    charge(request, _count(body))
     X, single = entry.codec.matrix(body, settings.max_batch)
     labels, proba = await run_in_threadpool(_predict, entry.model, X)
     names = [str(c) for c in entry.classes]
@@ -95,6 +103,11 @@ async def predict(
         for i in range(X.shape[0])
     ]
     return JSONResponse(out[0] if single else {"results": out})
+
+
+def _count(body: PredictRequest | CounterfactualRequest) -> int:
+    """Instances a body asks about (the codec checks the batch limit afterwards)."""
+    return len(body.instances) if body.instances is not None else 1
 
 
 def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -116,9 +129,17 @@ _PNG: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any) -> Response:
+#: Pixels of a map picture counted as one answer by the rate limit: a picture shows the
+#: decision over a whole slice, so it is charged by its size (the default 480x360 counts
+#: as 169 answers).
+PIXELS_PER_ANSWER = 1024
+
+
+async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any,
+                   request: Request) -> Response:
     entry = registry.get_ready(model_id)
     assert entry.maps is not None
+    charge(request, -(-body.width * body.height // PIXELS_PER_ANSWER))
     png, headers = await run_in_threadpool(
         map_picture, entry.maps, entry.codec, body, _limits(settings),
         resolve_target=entry.resolve_target, display=entry.display,
@@ -129,14 +150,15 @@ async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any
 @router.post("/{model_id}/map.png", response_class=Response, responses=_PNG,
              summary="Picture of a two-feature slice of the map")
 async def map_png_post(
-    model_id: ModelId, body: MapRequest, registry: RegistryDep, settings: SettingsDep
+    request: Request, model_id: ModelId, body: MapRequest, registry: RegistryDep,
+    settings: SettingsDep
 ) -> Response:
     """The classes over two features, every other feature held at the instance's value,
     read from the maps (certified rectangles, mixed regions decided exactly), with the
     boundaries the slice crosses, the instance and its nearest counterfactual in the slice.
     Pixel ``(row, col)`` shows ``a = a_lo + (col + 0.5)(a_hi - a_lo)/width`` and
     ``b = b_hi - (row + 0.5)(b_hi - b_lo)/height``, rounded on integral features."""
-    return await _picture(model_id, body, registry, settings)
+    return await _picture(model_id, body, registry, settings, request)
 
 
 def _numbers(text: str, field: str) -> list[float]:
@@ -149,6 +171,7 @@ def _numbers(text: str, field: str) -> list[float]:
 @router.get("/{model_id}/map.png", response_class=Response, responses=_PNG,
             summary="Picture of a two-feature slice of the map (query parameters)")
 async def map_png(
+    request: Request,
     model_id: ModelId,
     registry: RegistryDep,
     settings: SettingsDep,
@@ -179,7 +202,7 @@ async def map_png(
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"][:1])
         raise InvalidInputError(f"{where}: {err['msg']}", where) from None
-    return await _picture(model_id, body, registry, settings)
+    return await _picture(model_id, body, registry, settings, request)
 
 
 def _query_label(entry: Any, text: str | None) -> Any:

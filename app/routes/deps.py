@@ -12,7 +12,9 @@ from fastapi import Depends, Request
 
 from ..builds import BuildManager
 from ..metrics import Metrics
+from ..ratelimit import RateLimiter
 from ..registry import Registry
+from ..security import bearer_token
 from ..settings import Settings
 
 
@@ -40,6 +42,25 @@ RegistryDep = Annotated[Registry, Depends(_registry)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 BuildsDep = Annotated[BuildManager, Depends(_builds)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
+
+def charge(request: Request, answers: int) -> None:
+    """Count ``answers`` against the client's rate limit, when one is configured.
+
+    The client is its token only when the service checks tokens: on open query routes
+    any string would do, so there the address is the client.
+
+    Raises
+    ------
+    RateLimitedError
+    """
+    limiter: RateLimiter | None = request.app.state.limiter
+    if limiter is None:
+        return
+    settings: Settings = request.app.state.settings
+    token = bearer_token(request) if settings.api_tokens else None
+    host = request.client.host if request.client else None
+    limiter.charge(RateLimiter.client_key(token, host), answers)
+
 
 #: Path parameter documentation shared by the model routes.
 MODEL_ID_DOC = "Model id as returned by POST /v1/models."

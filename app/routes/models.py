@@ -50,7 +50,10 @@ _SPEC_DOC = (
         202: {"links": _LINKS},
         400: {"model": ErrorResponse, "description": "Malformed multipart body"},
         413: {"model": ErrorResponse, "description": "Upload too large"},
-        422: {"model": ErrorResponse, "description": "Bad model file or spec"},
+        422: {"model": ErrorResponse,
+              "description": "The model file is no model the service reads (any non-empty "
+                             "bytes are a valid `model` part, few are a skops, XGBoost or "
+                             "LightGBM model file), an unsupported model, or a bad spec"},
     },
     summary="Upload a model and build its counterfactual maps",
 )
@@ -60,7 +63,9 @@ async def create_model(
     model: Annotated[
         UploadFile,
         File(description="skops file (pickle/joblib if trusted); not empty",
-             json_schema_extra={"minLength": 1}),
+             # format binary: how OpenAPI 3.0 tools (client generators) know a file part;
+             # FastAPI states only 3.1's contentMediaType
+             json_schema_extra={"minLength": 1, "format": "binary"}),
     ],
     spec: Annotated[str | UploadFile | None, Form(description=_SPEC_DOC)] = None,
 ) -> JSONResponse:

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import struct
+import threading
 import time
 import warnings
 import zlib
@@ -16,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import skops.io as sio
+import uvicorn
 
 from app.main import create_app
 from app.settings import Settings
@@ -27,6 +30,13 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 LOCAL = ("127.0.0.1", 50000)
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on (for a real server in a test)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 REMOTE = ("203.0.113.7", 50000)
 
 
@@ -173,3 +183,23 @@ def decode_png(data: bytes) -> np.ndarray:
         else:  # the encoder under test writes filter 0 only; others are not expected
             raise AssertionError(f"unexpected PNG row filter {f}")
     return out.reshape(h, w, 3).astype(np.uint8)
+
+
+@contextmanager
+def serve_uvicorn(settings: Settings) -> Iterator[tuple[str, Any]]:
+    """The app under a real uvicorn in a thread, on a free loopback port:
+    ``(base url, app)``."""
+    app = create_app(settings)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(),
+                                        log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=srv.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{srv.config.port}", app
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)

@@ -66,7 +66,9 @@ def test_openapi_states_its_rules(service: Service) -> None:
     doc: dict[str, Any] = service.client.get("/openapi.json").json()
     schemas = doc["components"]["schemas"]
     for name in ("CounterfactualRequest", "PredictRequest"):
-        assert schemas[name]["oneOf"] == [{"required": ["instance"]}, {"required": ["instances"]}]
+        assert schemas[name]["allOf"] == [
+            {"oneOf": [{"required": ["instance"]}, {"required": ["instances"]}]}
+        ]
         assert schemas[name]["properties"]["instances"]["minItems"] == 1
         assert "null" not in json.dumps(schemas[name]["properties"]["instance"])
     post = doc["paths"]["/v1/models"]["post"]

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
-import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import build_faults
 import pytest
 import skops.io as sio
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from svc_helpers import GB3_SPEC, Fitted, Service, upload, wait_built, wait_until
-
-from maps_core import BudgetExceededError, CounterfactualMaps
 
 
 def test_upload_build_describe_list_delete(service: Service, rf: Fitted) -> None:
@@ -222,25 +222,27 @@ def test_unknown_model_is_404(service: Service) -> None:
         assert r.json()["field"] == "model_id"
 
 
+class Gate:
+    """Holds every build worker after it reported progress 0.5, until :meth:`set`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def set(self) -> None:
+        self.path.touch()
+
+
 @pytest.fixture
-def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Hold every build until the event is set (after reporting progress 0.5)."""
-    release = threading.Event()
-    real = CounterfactualMaps.build.__func__  # type: ignore[attr-defined]
-
-    def held(cls: Any, model: Any, schema: Any = None, **kw: Any) -> Any:
-        kw["progress"](0.5)
-        assert release.wait(120)  # the held queries may compile the kernels first (~30 s)
-        kw["progress"](0.6)  # raises when the build was cancelled meanwhile
-        return real(cls, model, schema, **kw)
-
-    monkeypatch.setattr(CounterfactualMaps, "build", classmethod(held))
-    yield release
-    release.set()
+def gate(service: Service, tmp_path: Path) -> Iterator[Gate]:
+    """The default service's builds held at progress 0.5 until ``gate.set()``."""
+    g = Gate(tmp_path / "gate")
+    service.app.state.builds.worker = functools.partial(build_faults.hold, str(g.path))
+    yield g
+    g.set()
 
 
 def test_not_ready_is_409_and_progress_is_reported(
-    service: Service, rf: Fitted, gate: threading.Event
+    service: Service, rf: Fitted, gate: Gate
 ) -> None:
     c = service.client
     model_id = upload(c, rf.skops).json()["id"]
@@ -267,7 +269,7 @@ def test_not_ready_is_409_and_progress_is_reported(
 
 
 def test_delete_cancels_a_running_build(
-    service: Service, rf: Fitted, gate: threading.Event
+    service: Service, rf: Fitted, gate: Gate
 ) -> None:
     c = service.client
     model_id = upload(c, rf.skops).json()["id"]
@@ -280,13 +282,8 @@ def test_delete_cancels_a_running_build(
     assert 'cfmaps_builds_total{outcome="cancelled"} 1.0' in c.get("/metrics").text
 
 
-def test_failed_build_reports_the_error(
-    service: Service, rf: Fitted, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def boom(cls: Any, *a: Any, **kw: Any) -> Any:
-        raise BudgetExceededError("rectangle budget of 10 exhausted")
-
-    monkeypatch.setattr(CounterfactualMaps, "build", classmethod(boom))
+def test_failed_build_reports_the_error(service: Service, rf: Fitted) -> None:
+    service.app.state.builds.worker = build_faults.budget_exceeded
     c = service.client
     info = wait_built(c, upload(c, rf.skops).json()["id"])
     assert info["status"] == "failed"
@@ -295,10 +292,7 @@ def test_failed_build_reports_the_error(
     assert r.status_code == 409
     assert "rectangle budget" in r.json()["message"]
 
-    def bug(cls: Any, *a: Any, **kw: Any) -> Any:
-        raise ZeroDivisionError("oops")
-
-    monkeypatch.setattr(CounterfactualMaps, "build", classmethod(bug))
+    service.app.state.builds.worker = build_faults.zero_division
     info = wait_built(c, upload(c, rf.skops).json()["id"])
     assert info["status"] == "failed"
     assert "internal error" in info["error"] and "ZeroDivisionError" in info["error"]
@@ -306,7 +300,7 @@ def test_failed_build_reports_the_error(
 
 
 def test_queries_are_served_while_a_build_runs(
-    rf_service: tuple[Service, str], rf: Fitted, gate: threading.Event
+    rf_service: tuple[Service, str], rf: Fitted, gate: Gate
 ) -> None:
     svc, ready_id = rf_service
     c = svc.client

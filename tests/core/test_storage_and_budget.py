@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import json
 
 import numpy as np
@@ -189,3 +190,24 @@ def test_progress_reaches_one(built):
     seen: list[float] = []
     CounterfactualMaps.build(model, progress=seen.append)
     assert seen[-1] == 1.0
+
+
+def test_a_full_disk_while_saving_leaves_the_old_maps_and_no_temporaries(built, tmp_path, monkeypatch):
+    _, X, maps = built
+    path = maps.save(tmp_path / "m")
+    before = answers(CounterfactualMaps.load(path), X[:5])
+    real = np.save
+    calls = [0]
+
+    def save(file, arr, *a, **kw):
+        calls[0] += 1
+        if calls[0] > 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(file, arr, *a, **kw)
+
+    monkeypatch.setattr(np, "save", save)
+    with pytest.raises(OSError) as err:
+        maps.save(tmp_path / "m")
+    assert err.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert answers(CounterfactualMaps.load(path), X[:5]) == before

@@ -1,0 +1,87 @@
+"""Builds run in worker processes: whatever a build does, the API process stays up.
+
+The workers here misbehave inside the real child process (:mod:`build_faults`), so what
+is checked is the real path: the child's own error reports, its exit status, the
+parent's handling of both.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from pathlib import Path
+
+import build_faults
+from svc_helpers import Fitted, Service, upload, wait_built, wait_until
+
+
+def _query_ok(svc: Service, model_id: str, rf: Fitted) -> None:
+    r = svc.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+    assert r.status_code == 200, r.text
+    assert r.json()["feasible"] is True
+
+
+def test_a_build_runs_in_its_own_process_and_queries_go_on(
+    rf_service: tuple[Service, str], rf: Fitted, tmp_path: Path
+) -> None:
+    svc, ready_id = rf_service
+    gate = tmp_path / "gate"
+    builds = svc.app.state.builds
+    builds.worker = functools.partial(build_faults.hold, str(gate))
+    model_id = upload(svc.client, rf.skops).json()["id"]
+    wait_until(lambda: model_id in builds.worker_pids(), timeout=60)
+    pid = builds.worker_pids()[model_id]
+    assert pid != os.getpid()
+    wait_until(lambda: svc.client.get(f"/v1/models/{model_id}").json()["progress"] > 0, timeout=60)
+    for _ in range(3):  # the API answers while the worker holds its build
+        _query_ok(svc, ready_id, rf)
+    gate.touch()
+    assert wait_built(svc.client, model_id)["status"] == "ready"
+    _query_ok(svc, model_id, rf)
+    assert builds.worker_pids() == {}
+
+
+def test_cancelling_a_build_kills_its_worker(service: Service, rf: Fitted, tmp_path: Path) -> None:
+    builds = service.app.state.builds
+    builds.worker = functools.partial(build_faults.hold, str(tmp_path / "never"))
+    model_id = upload(service.client, rf.skops).json()["id"]
+    wait_until(lambda: service.client.get(f"/v1/models/{model_id}").json()["progress"] > 0, timeout=60)
+    pid = builds.worker_pids()[model_id]
+    t0 = time.monotonic()
+    assert service.client.delete(f"/v1/models/{model_id}").status_code == 204
+    assert time.monotonic() - t0 < 10  # not the worker's 120 s hold
+    # the delete returned after the worker was killed and reaped: no such process left
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive
+    assert not (service.settings.models_dir / model_id).exists()
+    builds.wait(timeout=30)
+    assert 'cfmaps_builds_total{outcome="cancelled"} 1.0' in service.client.get("/metrics").text
+
+
+def test_a_worker_that_keeps_dying_fails_the_model_not_the_service(
+    rf_service: tuple[Service, str], rf: Fitted
+) -> None:
+    svc, ready_id = rf_service
+    svc.app.state.builds.worker = build_faults.die
+    info = wait_built(svc.client, upload(svc.client, rf.skops).json()["id"])
+    assert info["status"] == "failed"
+    assert "died 3 times" in info["error"] and "SIGKILL" in info["error"], info["error"]
+    _query_ok(svc, ready_id, rf)
+    maps_parent = svc.settings.models_dir / info["id"]
+    assert not (maps_parent / "maps").exists()
+    assert [p.name for p in maps_parent.iterdir() if p.name.startswith(".maps")] == []
+
+
+def test_a_build_out_of_memory_fails_with_the_reason(service_factory, rf: Fitted) -> None:
+    with service_factory(build_max_memory="256M") as svc:
+        svc.app.state.builds.worker = build_faults.hog_memory
+        info = wait_built(svc.client, upload(svc.client, rf.skops).json()["id"])
+        assert info["status"] == "failed"
+        assert info["error"].startswith("out of memory"), info["error"]
+        assert str(256 << 20) in info["error"]
+        assert svc.client.get("/readyz").status_code == 200

@@ -1,0 +1,290 @@
+"""Faults the service survives: a build worker killed, a full disk, damaged maps, an
+upload and a delete racing, 100 clients at once, an API process killed under load.
+
+Every wait is bounded; the servers run on loopback ports.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import build_faults
+import httpx
+import pytest
+from svc_helpers import Fitted, Service, free_port, serve_uvicorn, upload, wait_built, wait_until
+
+from app.settings import Settings
+
+
+def _wait_http_ready(http: httpx.Client, model_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = http.get(f"/v1/models/{model_id}").json()
+        if info["status"] in ("ready", "failed"):
+            return dict(info)
+        time.sleep(0.05)
+    raise AssertionError(f"model {model_id} not built in {timeout} s")
+
+
+# -- a build worker killed mid-build --------------------------------------------------------
+def test_a_build_worker_killed_mid_build_is_started_again_and_finishes(
+    service: Service, rf: Fitted, tmp_path: Path
+) -> None:
+    marker = tmp_path / "first-worker"
+    builds = service.app.state.builds
+    builds.worker = functools.partial(build_faults.hold_first, str(marker))
+    model_id = upload(service.client, rf.skops).json()["id"]
+    wait_until(lambda: marker.exists() and model_id in builds.worker_pids(), timeout=60)
+    pid = int(marker.read_text())
+    assert builds.worker_pids()[model_id] == pid
+    wait_until(lambda: service.client.get(f"/v1/models/{model_id}").json()["progress"] > 0, timeout=30)
+    os.kill(pid, signal.SIGKILL)
+    info = wait_built(service.client, model_id)
+    assert info["status"] == "ready" and info["error"] is None, info
+    r = service.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+    assert r.status_code == 200 and r.json()["feasible"] is True
+    text = service.client.get("/metrics").text
+    assert 'cfmaps_builds_total{outcome="ready"} 1.0' in text  # one build, two workers
+
+
+# -- a full disk while saving -----------------------------------------------------------------
+def test_a_full_disk_while_saving_maps_fails_the_model_cleanly(
+    service_factory: Any, rf: Fitted
+) -> None:
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        svc.app.state.builds.worker = functools.partial(build_faults.disk_full_after, 3)
+        info = wait_built(svc.client, upload(svc.client, rf.skops).json()["id"])
+        model_id = info["id"]
+        assert info["status"] == "failed"
+        assert info["error"].startswith("could not save the maps: No space left on device (ENOSPC)")
+        model_dir = data_dir / "models" / model_id
+        svc.app.state.builds.wait(timeout=30)  # "failed" shows before status.json is written
+        # nothing half-written: no maps, no temporaries; the upload itself is intact
+        assert sorted(p.name for p in model_dir.iterdir()) == [".build.lock", "model.skops",
+                                                               "spec.json", "status.json"]
+        r = svc.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 409 and "No space left on device" in r.json()["message"]
+    with service_factory(data_dir=data_dir) as svc:  # and so it stays after a restart
+        info = svc.client.get(f"/v1/models/{model_id}").json()
+        assert info["status"] == "failed" and "ENOSPC" in info["error"]
+
+
+# -- damaged maps -------------------------------------------------------------------------------
+def _truncate(maps: Path) -> str:
+    f = maps / "index.order.npy"
+    f.write_bytes(f.read_bytes()[:-8])
+    return "index.order.npy does not match its checksum"
+
+
+def _tamper(maps: Path) -> str:
+    f = maps / "partition.labels.npy"
+    b = bytearray(f.read_bytes())
+    b[-1] ^= 0x01  # same size, one bit: a label changed
+    f.write_bytes(bytes(b))
+    return "partition.labels.npy does not match its checksum"
+
+
+def _cut_manifest(maps: Path) -> str:
+    f = maps / "manifest.json"
+    f.write_bytes(f.read_bytes()[:100])
+    return "unreadable manifest"
+
+
+def _forge_manifest(maps: Path) -> str:
+    # a tamperer who also fixes the checksum: the arrays no longer make the model
+    f = maps / "manifest.json"
+    doc = json.loads(f.read_text())
+    doc["fingerprint"] = "0" * len(doc["fingerprint"])
+    f.write_text(json.dumps(doc))
+    return "model fingerprint does not match the manifest"
+
+
+@pytest.mark.parametrize("damage", [_truncate, _tamper, _cut_manifest, _forge_manifest])
+def test_damaged_maps_are_refused_at_load_with_the_reason(
+    service_factory: Any, rf: Fitted, tmp_path: Path, damage: Any
+) -> None:
+    data = tmp_path / "shared"
+    with service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as replica:
+        with service_factory(data_dir=data, sync_interval_seconds=0.05) as builder:
+            model_id = builder.add(rf.skops)
+            # damaged after the build, before the replica loads it (it is ready on disk)
+            reason = damage(data / "models" / model_id / "maps")
+        # the replica at its start, and a replica following the data dir, both refuse it
+        with service_factory(data_dir=data, role="api") as fresh:
+            info = fresh.client.get(f"/v1/models/{model_id}").json()
+            assert info["status"] == "failed"
+            assert info["error"].startswith("could not load the model: CorruptArtifactError")
+            assert reason in info["error"], info["error"]
+        wait_until(lambda: replica.client.get(f"/v1/models/{model_id}").json()["status"]
+                   in ("ready", "failed"), timeout=30)
+        info = replica.client.get(f"/v1/models/{model_id}").json()
+        assert info["status"] == "failed" and reason in info["error"], info
+        r = replica.client.post(f"/v1/models/{model_id}/counterfactuals",
+                                json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 409
+
+
+# -- upload and delete racing ------------------------------------------------------------------
+def test_upload_and_delete_of_the_same_model_racing(rf: Fitted, tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", sync_interval_seconds=0.05)
+    statuses: list[int] = []
+    with serve_uvicorn(settings) as (base, app), ThreadPoolExecutor(8) as pool:
+        with httpx.Client(base_url=base, timeout=60) as http:
+            for delay in (0.0, 0.0, 0.05, 0.2, 0.5, 1.0, 1.5, 2.5):
+                r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
+                assert r.status_code == 202
+                model_id = r.json()["id"]
+                time.sleep(delay)  # the delete lands while queued, building, saving or ready
+
+                def call(method: str, path: str, **kw: Any) -> int:
+                    with httpx.Client(base_url=base, timeout=60) as c:
+                        return c.request(method, path, **kw).status_code
+
+                q = {"json": {"instance": rf.X[0].tolist()}}
+                futs = [pool.submit(call, "DELETE", f"/v1/models/{model_id}"),
+                        pool.submit(call, "DELETE", f"/v1/models/{model_id}"),
+                        pool.submit(call, "GET", f"/v1/models/{model_id}"),
+                        pool.submit(call, "POST", f"/v1/models/{model_id}/counterfactuals", **q),
+                        pool.submit(call, "POST", "/v1/models",
+                                    files={"model": ("rf.skops", rf.skops)})]
+                got = [f.result(timeout=60) for f in futs]
+                statuses += got
+                assert sorted(got[:2]) == [204, 404], got  # one delete wins
+                assert got[2] in (200, 404) and got[3] in (200, 404, 409) and got[4] == 202
+                assert http.get(f"/v1/models/{model_id}").status_code == 404
+            # the end state, once the surviving uploads are deleted too: nothing at all
+            for m in http.get("/v1/models").json()["models"]:
+                assert http.delete(f"/v1/models/{m['id']}").status_code == 204
+            app.state.builds.wait(timeout=60)
+            assert http.get("/v1/models").json()["models"] == []
+    assert all(s < 500 for s in statuses)
+    assert list((tmp_path / "data" / "models").iterdir()) == []
+
+
+# -- 100 concurrent clients ---------------------------------------------------------------------
+def test_a_hundred_concurrent_clients_are_all_answered_correctly(rf: Fitted, tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data")
+    rows = rf.X[:20].tolist()
+    with serve_uvicorn(settings) as (base, _), httpx.Client(base_url=base, timeout=60) as http:
+        model_id = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)}).json()["id"]
+        assert _wait_http_ready(http, model_id)["status"] == "ready"
+        url = f"/v1/models/{model_id}/counterfactuals"
+        want = [r["distance"] for r in http.post(url, json={"instances": rows}).json()["results"]]
+        start = threading.Barrier(100, timeout=60)
+
+        def client(i: int) -> list[tuple[int, int, float | None]]:
+            out = []
+            with httpx.Client(base_url=base, timeout=60) as c:
+                start.wait()  # all hundred at once
+                for j in range(3):
+                    k = (i + j) % len(rows)
+                    r = c.post(url, json={"instance": rows[k]})
+                    out.append((r.status_code, k, r.json().get("distance")))
+            return out
+
+        with ThreadPoolExecutor(100) as pool:
+            results = [x for f in [pool.submit(client, i) for i in range(100)]
+                       for x in f.result(timeout=120)]
+    assert len(results) == 300
+    assert [s for s, _, _ in results if s != 200] == []
+    assert all(d == want[k] for _, k, d in results)
+
+
+# -- an API process killed under load -----------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    """uvicorn's worker processes under ``pid`` (Linux /proc; spawned by multiprocessing)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+                cmd = (p / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmd:
+                out.append(int(p.name))
+    return out
+
+
+def test_an_api_process_killed_under_load_leaves_the_other_answering(
+    rf: Fitted, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {**os.environ, "CFMAPS_DATA_DIR": str(tmp_path / "data"),
+           "CFMAPS_SYNC_INTERVAL_SECONDS": "0.2"}
+    cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
+           "serve", "--port", str(port), "--workers", "2", "--log-level", "warning"]
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            assert time.monotonic() < deadline, "cfmaps serve did not start"
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
+        workers = _children(server.pid)
+        assert len(workers) == 2
+        with httpx.Client(base_url=base, timeout=30) as http:
+            model_id = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)}).json()["id"]
+            assert _wait_http_ready(http, model_id)["status"] == "ready"
+            # both processes have the model: it was built in one, the other synced it
+            wait_until(lambda: all(
+                http.get(f"/v1/models/{model_id}").json()["status"] == "ready" for _ in range(6)
+            ), timeout=30)
+        url = f"{base}/v1/models/{model_id}/counterfactuals"
+        body = {"instance": rf.X[0].tolist()}
+        log: list[tuple[float, str]] = []
+        stop = time.monotonic() + 6.0
+        killed_at: list[float] = []
+
+        def load() -> None:
+            # one connection per request: the kernel hands new connections to a live worker
+            while time.monotonic() < stop:
+                try:
+                    r = httpx.post(url, json=body, timeout=10)
+                    log.append((time.monotonic(), str(r.status_code)))
+                except httpx.TransportError as exc:
+                    log.append((time.monotonic(), type(exc).__name__))
+
+        threads = [threading.Thread(target=load) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(2.0)
+        os.kill(workers[0], signal.SIGKILL)
+        killed_at.append(time.monotonic())
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+        before = [s for t, s in log if t < killed_at[0]]
+        after = [s for t, s in log if t >= killed_at[0]]
+        assert before and set(before) == {"200"}
+        failed = [s for s in after if s != "200"]
+        assert not [s for s in after if s.startswith("5")]
+        assert len(failed) <= len(threads), failed  # at most the requests in flight to it
+        settled = [s for t, s in log if t >= killed_at[0] + 1.0]
+        assert len(settled) >= 20 and set(settled) == {"200"}, settled[:20]
+        assert server.poll() is None  # the service itself is up
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)

@@ -1,0 +1,94 @@
+"""Per-client rate limits on the query routes (off unless CFMAPS_RATE_LIMIT_PER_MINUTE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from svc_helpers import Fitted
+
+from app.errors import RateLimitedError
+from app.ratelimit import RateLimiter
+
+A = {"Authorization": "Bearer tok-a"}
+B = {"Authorization": "Bearer tok-b"}
+
+
+def test_buckets_refill_with_time_and_are_per_client() -> None:
+    now = [0.0]
+    lim = RateLimiter(60, clock=lambda: now[0])  # one per second, bursts of 60
+    lim.charge("a", 60)
+    with pytest.raises(RateLimitedError) as err:
+        lim.charge("a", 1)
+    assert err.value.headers == {"Retry-After": "1"}
+    lim.charge("b", 60)  # another client has its own bucket
+    now[0] = 10.0
+    lim.charge("a", 10)  # ten seconds refilled ten
+    with pytest.raises(RateLimitedError) as err:
+        lim.charge("a", 5)
+    assert err.value.headers == {"Retry-After": "5"}
+    now[0] = 1000.0
+    lim.charge("a", 60)  # full again, never above the capacity
+    with pytest.raises(RateLimitedError):
+        lim.charge("a", 1)
+    with pytest.raises(RateLimitedError) as err:
+        lim.charge("c", 61)  # more than a minute's worth at once: split it
+    assert "split it" in err.value.message and err.value.field == "instances"
+    assert RateLimiter.client_key("t", "1.2.3.4") != RateLimiter.client_key("u", "1.2.3.4")
+    assert "t" not in RateLimiter.client_key("t", None)[6:]  # the token is hashed
+
+
+def test_the_query_routes_answer_429_per_token(service_factory: Any, rf: Fitted) -> None:
+    with service_factory(api_tokens="tok-a,tok-b", rate_limit_per_minute=6) as svc:
+        model_id = svc.add(rf.skops, headers=A)  # polling the build costs nothing
+        c = svc.client
+        url = f"/v1/models/{model_id}/counterfactuals"
+        x = rf.X[:3].tolist()
+        # B's first query compiles the search kernels (cold cache: seconds, in which A's
+        # bucket would refill); A's queries then run back to back
+        assert c.post(url, json={"instance": x[1]}, headers=B).status_code == 200
+        assert c.post(url, json={"instances": x}, headers=A).status_code == 200  # 3 answers
+        assert c.post(url, json={"instance": x[0], "k": 2}, headers=A).status_code == 200  # 2
+        assert c.post(f"/v1/models/{model_id}/predict", json={"instance": x[0]},
+                      headers=A).status_code == 200  # 1: the minute's 6 are spent
+        r = c.post(url, json={"instance": x[0]}, headers=A)
+        assert r.status_code == 429
+        assert r.json()["error"] == "rate_limited"
+        assert int(r.headers["retry-after"]) >= 1
+        assert c.post(url, json={"instance": x[0]}, headers=B).status_code == 200  # B is apart
+        assert c.get(f"/v1/models/{model_id}", headers=A).status_code == 200  # not a query
+    with service_factory() as svc:  # off by default
+        model_id = svc.add(rf.skops)
+        for _ in range(3):
+            r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
+                                json={"instances": rf.X[:50].tolist()})
+            assert r.status_code == 200
+
+
+def test_429_is_in_the_openapi_document(service_factory: Any) -> None:
+    with service_factory() as svc:
+        paths = svc.client.get("/openapi.json").json()["paths"]
+        for route in ("counterfactuals", "predict"):
+            assert "429" in paths[f"/v1/models/{{model_id}}/{route}"]["post"]["responses"]
+
+
+def test_map_pictures_count_by_their_size(service_factory: Any, rf: Fitted) -> None:
+    """A picture shows the decision over a whole slice, so the limit charges one answer per
+    1,024 pixels: a client cannot read the forest out through pictures instead."""
+    with service_factory(api_tokens="tok-a,tok-b", rate_limit_per_minute=100) as svc:
+        model_id = svc.add(rf.skops, headers=A)
+        url = f"/v1/models/{model_id}/map.png"
+        body = {"features": ["x0", "x1"], "instance": rf.X[0].tolist(), "width": 64,
+                "height": 64}  # 4 answers
+        # B's picture compiles the kernels first (A's bucket would refill meanwhile)
+        assert svc.client.post(url, json=body, headers=B).status_code == 200
+        assert svc.client.post(url, json=body, headers=A).status_code == 200
+        big = {**body, "width": 320, "height": 320}  # 100 answers: more than the 96 left
+        r = svc.client.post(url, json=big, headers=A)
+        assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+        r = svc.client.get(url, params={"features": "x0,x1", "width": 320, "height": 320,
+                                        "instance": ",".join(map(str, rf.X[0]))}, headers=A)
+        assert r.status_code == 429
+        paths = svc.client.get("/openapi.json", headers=A).json()["paths"]
+        for method in ("get", "post"):
+            assert "429" in paths["/v1/models/{model_id}/map.png"][method]["responses"]
