@@ -7,8 +7,9 @@ own parsers, so no model library is needed here), the feature names, the queries
 query's raw-score target interval, and the cost model stated in treecf's terms so that its
 objective is exactly cfmaps' weighted l1:
 
-* ``normalizers`` sigma_f = 1 / w_f, treecf minimising sum |delta_f| / sigma_f;
-* one-hot groups as ``OneHot`` constraints, their columns at sigma 2 (a switch moves two
+* ``weights`` w_f = cfmaps' weights and ``normalizers`` 1, treecf minimising
+  sum w_f |delta_f| / 1 (the weights passed as they are, not as 1 / (1 / w));
+* one-hot groups as ``OneHot`` constraints, their columns at weight 1/2 (a switch moves two
   columns by 1: cost 1, cfmaps' default group cost);
 * every feature's schema domain as a ``Range``, integers and binaries as the "integer"
   value policy.
@@ -35,8 +36,8 @@ def main(job_path: str, out_path: str) -> None:
 
     job = json.loads(open(job_path, encoding="utf-8").read())
     ir = parse_model(job["dump"])
-    if ir.n_features != len(job["sigma"]):
-        raise RuntimeError(f"treecf reads {ir.n_features} features, expected {len(job['sigma'])}")
+    if ir.n_features != len(job["weights"]):
+        raise RuntimeError(f"treecf reads {ir.n_features} features, expected {len(job['weights'])}")
     names = list(ir.feature_names)  # by position: the host speaks in column indices
     constraints = [
         Range(n, float(a), float(b)) for n, a, b in zip(names, job["lower"], job["upper"], strict=True)
@@ -45,7 +46,8 @@ def main(job_path: str, out_path: str) -> None:
     explainer = Explainer(
         ir,
         constraints=constraints,
-        normalizers={n: float(s) for n, s in zip(names, job["sigma"], strict=True)},
+        weights={n: float(w) for n, w in zip(names, job["weights"], strict=True)},
+        normalizers={n: 1.0 for n in names},
         value_policy={names[j]: "integer" for j in job["integer"]},
     )
     with open(out_path, "w", encoding="utf-8") as out:
