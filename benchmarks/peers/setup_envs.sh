@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create or update the peers' virtual environments under benchmarks/.venvs/<peer>.
 #
-#   bash benchmarks/peers/setup_envs.sh                 # all peers: ocean dice treecf
+#   bash benchmarks/peers/setup_envs.sh                 # all peers: ocean dice treecf veritas
 #   bash benchmarks/peers/setup_envs.sh treecf          # just one (or several)
 #   bash benchmarks/peers/setup_envs.sh --check         # report only, change nothing
 #   bash benchmarks/peers/setup_envs.sh --unpinned ...  # top-level names instead of the lock
@@ -17,6 +17,8 @@
 #   ocean   >= 3.12  oceanpy (ConstraintProgrammingExplainer, OR-Tools CP-SAT)
 #   dice    3.11     dice-ml
 #   treecf  3.11     treecf (Rust core, wheels)
+#   veritas 3.11     dtai-veritas (C++ core, wheels) and numpy only: run_veritas.py gets the
+#                    trees as node arrays, so no scikit-learn there
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -32,11 +34,11 @@ for a in "$@"; do
     --check) CHECK=1 ;;
     --unpinned) UNPINNED=1 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    ocean|dice|treecf) PEERS+=("$a") ;;
+    ocean|dice|treecf|veritas) PEERS+=("$a") ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
-[ ${#PEERS[@]} -eq 0 ] && PEERS=(ocean dice treecf)
+[ ${#PEERS[@]} -eq 0 ] && PEERS=(ocean dice treecf veritas)
 
 say() { printf '[setup_envs] %s\n' "$*"; }
 
@@ -47,6 +49,7 @@ top_level() {
     ocean) echo "oceanpy==2.0.7 scikit-learn==1.9.1" ;;
     dice) echo "dice-ml==0.12 scikit-learn==1.9.1" ;;
     treecf) echo "treecf==0.3.2 scikit-learn==1.9.1" ;;
+    veritas) echo "dtai-veritas==0.3.1 numpy" ;;
   esac
 }
 import_check() {
@@ -54,6 +57,7 @@ import_check() {
     ocean) echo "import ocean, ortools, sklearn; from importlib.metadata import version as v; print('oceanpy', v('oceanpy'), 'ortools', ortools.__version__, 'sklearn', sklearn.__version__)" ;;
     dice) echo "import dice_ml, sklearn; from importlib.metadata import version as v; print('dice-ml', v('dice-ml'), 'sklearn', sklearn.__version__)" ;;
     treecf) echo "import treecf, treecf._treecf_core, sklearn; print('treecf', treecf.__version__, 'sklearn', sklearn.__version__)" ;;
+    veritas) echo "import veritas, numpy; print('dtai-veritas', veritas.__version__, 'numpy', numpy.__version__)" ;;
   esac
 }
 
