@@ -131,8 +131,8 @@ def _sync_loop(registry: Registry, settings: Settings, stop: threading.Event) ->
 
 
 def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
-    """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH) into the request
-    schemas, so that the document says which requests are valid here."""
+    """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH, CFMAPS_MAP_MAX_SIDE)
+    into the request schemas, so that the document says which requests are valid here."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -143,6 +143,14 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
                 props["instances"]["maxItems"] = settings.max_batch
                 if "k" in props:
                     props["k"]["maximum"] = settings.max_k
+            schemas = doc["components"]["schemas"]
+            if "MapRequest" in schemas:  # the map picture's routes are served
+                for side in ("width", "height"):
+                    schemas["MapRequest"]["properties"][side]["maximum"] = settings.map_max_side
+                get = doc["paths"]["/v1/models/{model_id}/map.png"]["get"]
+                for param in get["parameters"]:
+                    if param["name"] in ("width", "height"):
+                        param["schema"]["maximum"] = settings.map_max_side
         return app.openapi_schema or doc
 
     app.openapi = openapi  # type: ignore[method-assign]

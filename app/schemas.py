@@ -224,8 +224,8 @@ class MapRequest(_Strict):
     )
     instance: Instance = Field(description="The instance the slice goes through; its other "
                                "features stay fixed.")
-    width: Annotated[int, Field(strict=True, ge=1)] = Field(default=480, description="Pixels.")
-    height: Annotated[int, Field(strict=True, ge=1)] = Field(default=360, description="Pixels.")
+    width: WholeNumber = Field(default=480, ge=1, description="Pixels.")
+    height: WholeNumber = Field(default=360, ge=1, description="Pixels.")
     target: ClassLabel | None = Field(
         default=None, description="Class of the counterfactual drawn (default: the nearest "
         "other class)."

@@ -30,6 +30,8 @@ _LINKS = {
     "DeleteModel": {"operationId": "delete_model", "parameters": _ID},
     "Counterfactuals": {"operationId": "counterfactuals", "parameters": _ID},
     "Predict": {"operationId": "predict", "parameters": _ID},
+    "MapPicture": {"operationId": "map_png_post", "parameters": _ID},
+    "MapPictureGet": {"operationId": "map_png", "parameters": _ID},
     "ModelReady": {"operationId": "v2_model_ready", "parameters": _ID},
 }
 

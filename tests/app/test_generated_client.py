@@ -28,9 +28,14 @@ def generated(tmp_path: Path) -> Iterator[tuple[str, Any]]:
     """(base url of a running service, importer of the generated client's modules)."""
     with serve_uvicorn(Settings(data_dir=tmp_path / "data")) as (base, _):
         (tmp_path / "openapi.json").write_text(httpx.get(f"{base}/openapi.json").text)
+        # The generator reads binary bodies only as application/octet-stream; its documented
+        # override maps the map picture's image/png onto that (the document stays exact).
+        (tmp_path / "config.yml").write_text(
+            "content_type_overrides:\n  image/png: application/octet-stream\n")
         gen = subprocess.run(
             [sys.executable, "-m", "openapi_python_client", "generate",
-             "--path", "openapi.json", "--output-path", PACKAGE, "--meta", "none"],
+             "--path", "openapi.json", "--output-path", PACKAGE, "--meta", "none",
+             "--config", "config.yml"],
             cwd=tmp_path, capture_output=True, text=True, timeout=180,
         )
         out = gen.stdout + gen.stderr
@@ -99,6 +104,12 @@ def test_a_generated_client_uploads_queries_and_reads_typed_results(
     assert isinstance(labels, m.PredictBatchOut)
     want = ["denied", "approved"][int(rf.model.predict(rf.X[:1])[0])]
     assert labels.results[0].prediction == want
+
+    map_png = module("api.queries.map_png_post")
+    picture = map_png.sync(model_id=info.id, client=client, body=m.MapRequest(
+        features=["x0", "x1"], instance=rf.X[0].tolist(), width=40, height=30))
+    assert isinstance(picture, types.File)
+    assert picture.payload.read(8) == b"\x89PNG\r\n\x1a\n"
 
     missing = counterfactuals.sync(model_id="nope", client=client, body=single)
     assert isinstance(missing, m.ErrorResponse) and missing.error == "model_not_found"
