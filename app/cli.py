@@ -308,6 +308,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from app.main import create_app
     from app.observability import WORKER_LOG_ENV, configure_logging
+    from app.server import PROTOCOL
 
     if args.data_dir:
         # Worker processes read their settings from the environment.
@@ -323,6 +324,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     common: dict[str, Any] = {
         "host": args.host, "port": args.port, "log_level": args.log_level, "log_config": None,
         "timeout_graceful_shutdown": settings.shutdown_grace_seconds,
+        # httptools' parser, each response written in one piece (app/server.py); uvloop's
+        # event loop when installed (uvicorn's default "auto" picks it)
+        "http": PROTOCOL,
     }
     if workers == 1:
         uvicorn.run(create_app(settings), **common)

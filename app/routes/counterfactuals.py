@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
 
-from ..dataplane import QueryLimits, counterfactual_answer, map_picture
+from ..dataplane import QueryLimits, counterfactual_answer, map_picture, runs_inline
 from ..errors import InvalidInputError
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
@@ -23,9 +23,13 @@ from ..schemas import (
     PredictRequest,
 )
 from ..security import require_query
-from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep, charge
+from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep, charge, in_thread
+from .lean import LeanJSONRoute
 
-router = APIRouter(prefix="/v1/models", tags=["queries"], dependencies=[Depends(require_query)])
+# LeanJSONRoute: the JSON query routes skip FastAPI's generic request handling on the happy
+# path (app/routes/lean.py); the OpenAPI document and every error answer are FastAPI's.
+router = APIRouter(prefix="/v1/models", tags=["queries"], dependencies=[Depends(require_query)],
+                   route_class=LeanJSONRoute)
 
 ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -67,11 +71,11 @@ async def counterfactuals(
     assert entry.maps is not None
     charge(request, _count(body) * min(int(body.k), settings.max_k))
     limits = _limits(settings)
-    # CPU-bound engine work runs in the threadpool so the event loop keeps serving.
-    answer = await run_in_threadpool(
-        counterfactual_answer, entry.maps, entry.codec, body, limits,
-        resolve_target=entry.resolve_target, display=entry.display,
-    )
+    query = functools.partial(counterfactual_answer, entry.maps, entry.codec, body, limits,
+                              resolve_target=entry.resolve_target, display=entry.display)
+    # CPU-bound engine work runs in a worker thread so that the event loop keeps serving,
+    # unless it is bounded and short (runs_inline): then the thread hop would cost more.
+    answer = query() if runs_inline(entry.maps, body) else await in_thread(query)
     metrics.counterfactuals.inc(len(answer["results"]) if "results" in answer else 1)
     return JSONResponse(answer)
 
@@ -93,7 +97,7 @@ async def predict(
     entry = registry.get_ready(model_id)
     charge(request, _count(body))
     X, single = entry.codec.matrix(body, settings.max_batch)
-    labels, proba = await run_in_threadpool(_predict, entry.model, X)
+    labels, proba = await in_thread(_predict, entry.model, X)
     names = [str(c) for c in entry.classes]
     out = [
         {
@@ -140,7 +144,7 @@ async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any
     entry = registry.get_ready(model_id)
     assert entry.maps is not None
     charge(request, -(-body.width * body.height // PIXELS_PER_ANSWER))
-    png, headers = await run_in_threadpool(
+    png, headers = await in_thread(
         map_picture, entry.maps, entry.codec, body, _limits(settings),
         resolve_target=entry.resolve_target, display=entry.display,
     )

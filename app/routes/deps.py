@@ -6,7 +6,12 @@ threadpool, a thread hop per dependency per request that costs more than the que
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import contextvars
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
@@ -60,6 +65,27 @@ def charge(request: Request, answers: int) -> None:
     token = bearer_token(request) if settings.api_tokens else None
     host = request.client.host if request.client else None
     limiter.charge(RateLimiter.client_key(token, host), answers)
+
+
+T = TypeVar("T")
+_executor: ThreadPoolExecutor | None = None
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread, so that the event loop keeps serving.
+
+    A plain :class:`~concurrent.futures.ThreadPoolExecutor` (Python's default size,
+    ``min(32, cores + 4)`` threads) through ``loop.run_in_executor``: half the CPU of
+    Starlette's ``run_in_threadpool`` per call (anyio's capacity limiter, cancel scope and
+    backend lookup are not needed here), measured at 0.13 against 0.25 ms. The caller's
+    context variables (the request id of the log records) go along, as with anyio.
+    """
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(thread_name_prefix="cfmaps-query")
+    call = functools.partial(fn, *args, **kwargs)
+    ctx = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_executor, ctx.run, call)
 
 
 #: Path parameter documentation shared by the model routes.

@@ -15,6 +15,7 @@ import uvicorn
 from svc_helpers import Fitted
 
 from app.main import create_app
+from app.server import PROTOCOL
 from app.settings import Settings
 
 ADMIN = {"Authorization": "Bearer admin-tok"}
@@ -27,12 +28,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[str]:
+# uvicorn's own choice, and the protocol `cfmaps serve` runs (each response written once)
+@pytest.fixture(params=["auto", PROTOCOL])
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     settings = Settings(data_dir=tmp_path / "data", admin_token="admin-tok", api_tokens="api-tok")
     port = _free_port()
     config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+        http=request.param,
     )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, name="uvicorn-test", daemon=True)
@@ -97,5 +100,11 @@ def test_upload_build_query_over_http(server: str, rf: Fitted) -> None:
             headers={**API, "content-type": "application/json"},
         )
         assert r.status_code == 422 and r.json()["field"] == "instance.x0"
+        # an answer of several hundred kilobytes, over the same keep-alive connection
+        big = np.resize(rf.X, (1000, 5))
+        r = http.post(f"/v1/models/{model_id}/counterfactuals", json={"instances": big.tolist()},
+                      headers=API)
+        assert r.status_code == 200 and len(r.content) > 300_000
+        assert len(r.json()["results"]) == 1000
         assert http.delete(f"/v1/models/{model_id}", headers=ADMIN).status_code == 204
         assert "cfmaps_http_requests_total" in http.get("/metrics").text
