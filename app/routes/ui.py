@@ -32,13 +32,14 @@ _HEADERS = {
 }
 
 
-@router.get("/ui", response_class=HTMLResponse)
+# HEAD as well: link checkers and uptime probes ask for the page with HEAD.
+@router.api_route("/ui", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def ui_page() -> Response:
     body, media = _FILES["index.html"]
     return Response(body, media_type=media, headers=_HEADERS)
 
 
-@router.get("/ui/{name}")
+@router.api_route("/ui/{name}", methods=["GET", "HEAD"])
 async def ui_asset(name: str) -> Response:
     if name not in _FILES or name == "index.html":
         raise NotFoundError(f"no page asset {name!r}")

@@ -29,6 +29,11 @@ def test_the_page_is_self_contained(service):
     assert not re.search(r"https?://", r.text)
     assert service.client.get("/ui/nope.js").json()["error"] == "not_found"
     assert service.client.get("/ui/index.html").status_code == 404
+    # HEAD (link checkers, uptime probes) gets the GET's headers and no body
+    h = service.client.head("/ui")
+    assert h.status_code == 200 and h.headers["content-type"] == r.headers["content-type"]
+    assert h.content == b"" and h.headers["content-length"] == r.headers["content-length"]
+    assert service.client.head("/ui/explorer.js").status_code == 200
 
 
 def test_the_page_needs_no_token_but_the_api_does(service_factory):
