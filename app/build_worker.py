@@ -148,7 +148,9 @@ def build_and_save(job: BuildJob, conn: Connection) -> None:
         n_jobs=job.n_jobs,
     )
     try:
-        maps.save(job.maps_path)
+        # parents=False: when another process deletes the model meanwhile, its folder is
+        # gone and the save fails instead of bringing the folder back with maps alone.
+        maps.save(job.maps_path, parents=False)
     except OSError as exc:
         raise SaveError(f"could not save the maps: {_os_reason(exc)}") from exc
 

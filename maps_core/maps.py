@@ -171,11 +171,16 @@ class CounterfactualMaps:
         self.engine = replace(self.engine, labeler=_model_labeler(model, ens))
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the maps atomically to the directory ``path`` (replaced if it exists)."""
+    def save(self, path: str | os.PathLike[str], *, parents: bool = True) -> Path:
+        """Write the maps atomically to the directory ``path`` (replaced if it exists).
+
+        Missing parent directories are created, unless ``parents=False``: then the save
+        fails with ``FileNotFoundError`` when the parent is missing or goes away before
+        the save completes (see :func:`maps_core.storage.save_artifact`).
+        """
         art = Artifact(self.ensemble, self.schema, self.grid, self.partition, self.index,
                        self.stats, self.fingerprint)
-        self.stats = save_artifact(art, path)
+        self.stats = save_artifact(art, path, parents=parents)
         return Path(path)
 
     @classmethod

@@ -87,13 +87,20 @@ def _compact(a: np.ndarray, ncells_max: int) -> np.ndarray:
     return a.astype(np.uint16) if ncells_max <= np.iinfo(np.uint16).max else a
 
 
-def save_artifact(maps: Artifact, path: str | os.PathLike[str]) -> BuildStats:
+def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
+                  parents: bool = True) -> BuildStats:
     """Write an artifact to directory ``path`` atomically (replacing an existing one).
+
+    ``parents=False`` requires ``path``'s parent to exist, and keeps requiring it to the
+    end: a parent removed or renamed meanwhile makes the save fail with
+    ``FileNotFoundError``, nothing written (a service saving into a model's folder that
+    another process deletes must not bring the folder back).
 
     Returns the build statistics as written, with ``bytes_on_disk`` filled in.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         ncmax = int(maps.grid.n_cells.max(initial=1))

@@ -100,3 +100,35 @@ def disk_full_after(files: int, job: BuildJob, conn: Connection) -> None:
 
     storage.np.save = save  # type: ignore[attr-defined]
     build_worker.run(job, conn)
+
+
+def hold_in_save(gate: str, step: str, job: BuildJob, conn: Connection) -> None:
+    """Build for real, then wait for the file ``gate`` at one step of the save: ``"start"``
+    (before the save begins) or ``"middle"`` (after three arrays are written
+    into it). It creates ``gate + ".reached"`` when it starts waiting."""
+
+    def wait() -> None:
+        Path(gate + ".reached").touch()
+        _wait_for(Path(gate))
+
+    if step == "start":
+        real_maps_save = CounterfactualMaps.save
+
+        def maps_save(self: CounterfactualMaps, *a: Any, **kw: Any) -> Any:
+            wait()
+            return real_maps_save(self, *a, **kw)
+
+        CounterfactualMaps.save = maps_save  # type: ignore[method-assign]
+    else:
+        real_save = np.save
+        written = [0]
+
+        def save(file: Any, arr: Any, *a: Any, **kw: Any) -> None:
+            written[0] += 1
+            if written[0] == 4:
+                wait()
+            real_save(file, arr, *a, **kw)
+
+        storage.np.save = save  # type: ignore[attr-defined]
+    conn.send(("progress", 0.5))
+    build_worker.run(job, conn)

@@ -172,6 +172,33 @@ def test_upload_and_delete_of_the_same_model_racing(rf: Fitted, tmp_path: Path) 
     assert list((tmp_path / "data" / "models").iterdir()) == []
 
 
+@pytest.mark.parametrize("step", ["start", "middle"])
+def test_a_delete_by_another_process_while_a_build_saves_leaves_nothing(
+    service_factory: Any, rf: Fitted, tmp_path: Path, step: str
+) -> None:
+    # The builder syncs rarely, so it still builds and saves after the API replica has
+    # deleted the model: the save must fail, not bring the model's folder back as maps alone.
+    data, gate = tmp_path / "shared", tmp_path / "gate"
+    with (service_factory(data_dir=data, sync_interval_seconds=600) as builder,
+          service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as api):
+        builds = builder.app.state.builds
+        builds.worker = functools.partial(build_faults.hold_in_save, str(gate), step)
+        model_id = upload(builder.client, rf.skops).json()["id"]
+        wait_until(lambda: Path(str(gate) + ".reached").exists(), timeout=60)
+        wait_until(lambda: api.client.get(f"/v1/models/{model_id}").status_code == 200, timeout=30)
+        assert api.client.delete(f"/v1/models/{model_id}").status_code == 204
+        model_dir = data / "models" / model_id
+        assert not model_dir.exists()
+        gate.touch()  # the worker saves now
+        wait_until(lambda: model_id not in builds.worker_pids(), timeout=120)
+        builds.wait(timeout=60)
+        info = builder.client.get(f"/v1/models/{model_id}").json()
+        assert info["status"] == "failed", info
+        assert info["error"] == "could not save the maps: No such file or directory (ENOENT)"
+        assert not model_dir.exists(), sorted(p.name for p in model_dir.rglob("*"))
+        assert list((data / "models").iterdir()) == []
+
+
 # -- 100 concurrent clients ---------------------------------------------------------------------
 def test_a_hundred_concurrent_clients_are_all_answered_correctly(rf: Fitted, tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data")

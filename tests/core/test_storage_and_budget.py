@@ -48,6 +48,15 @@ def test_save_replaces_atomically_and_leaves_no_temporaries(built, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
+def test_save_without_parents_needs_the_folder(built, tmp_path):
+    _, _, maps = built
+    with pytest.raises(FileNotFoundError):
+        maps.save(tmp_path / "gone" / "maps", parents=False)
+    assert list(tmp_path.iterdir()) == []  # the folder was not brought back
+    maps.save(tmp_path / "new" / "maps")  # the default makes it
+    CounterfactualMaps.load(tmp_path / "new" / "maps")
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "version", "manifest", "shape"])
 def test_damaged_artifacts_are_refused(built, tmp_path, damage):
     _, _, maps = built
