@@ -8,6 +8,7 @@ which one builds a model.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -157,6 +158,26 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+def _freeze_heap() -> None:
+    """Move every object alive now out of the collector's sight (:func:`gc.freeze`).
+
+    The service holds ~190k long-lived objects (numba, scikit-learn, pydantic, the app),
+    and a full collection scans them all: 0.1-0.2 s on this machine. A batch answer
+    allocates enough to trigger one now and then, so batches of 100 had a p99 of 4-5
+    times their median (126 against 31 ms on CP). Frozen objects are still freed by
+    reference counting; only cycles among them would outlive the process, and the
+    modules, settings and loaded models live as long as it anyway (``CFMAPS_GC_FREEZE``).
+    """
+    gc.collect()
+    gc.freeze()
+
+
+def _load_pending(registry: Registry, freeze: bool) -> None:
+    registry.load_pending()
+    if freeze:
+        _freeze_heap()  # the loaded models too
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the cfmaps FastAPI application.
 
@@ -193,7 +214,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         registry.open()
-        loader = threading.Thread(target=registry.load_pending, name="cfmaps-load", daemon=True)
+        if settings.gc_freeze:
+            _freeze_heap()
+        loader = threading.Thread(target=_load_pending, args=(registry, settings.gc_freeze),
+                                  name="cfmaps-load", daemon=True)
         loader.start()
         stop = threading.Event()
         syncer = threading.Thread(target=_sync_loop, args=(registry, settings, stop),

@@ -19,6 +19,10 @@ from sklearn.tree import DecisionTreeClassifier
 import maps_core.query
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The test process starts hundreds of apps: each gc.freeze() would cost a full collection
+# and keep every earlier app's cycles; tests/app/test_settings.py checks the freeze itself.
+os.environ.setdefault("CFMAPS_GC_FREEZE", "false")
 SHARED = Path(os.environ.get("CFMAPS_SHARED", ROOT.parent / "shared"))
 
 MODEL_FACTORIES = {

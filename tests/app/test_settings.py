@@ -33,3 +33,20 @@ def test_default_build_memory_is_half_the_memory_shared_by_the_builds(tmp_path) 
     one = Settings(data_dir=tmp_path).effective_build_memory()
     assert one == available_memory() // 2
     assert Settings(data_dir=tmp_path, build_workers=4).effective_build_memory() == one // 4
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_gc_freeze_hides_the_startup_heap_from_the_collector(tmp_path, freeze: bool) -> None:
+    import gc
+
+    from svc_helpers import start_service
+
+    gc.unfreeze()
+    try:
+        with start_service(tmp_path / "data", gc_freeze=freeze) as svc:
+            assert svc.client.get("/readyz").status_code == 200
+            frozen = gc.get_freeze_count()
+        # the modules, the app and its settings: well over 10k objects when frozen
+        assert (frozen > 10_000) if freeze else frozen == 0
+    finally:
+        gc.unfreeze()  # the rest of the test process collects as usual
