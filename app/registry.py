@@ -10,7 +10,9 @@ Layout under ``<data_dir>/models/<id>/``::
 Every JSON file is written atomically (temporary file, fsync, ``os.replace``). A new model
 is assembled in ``models/.tmp-<id>/`` and renamed into place only once complete, and a
 deleted one is first renamed to ``models/.trash-<id>`` and then removed, so a crash at any
-point leaves either a whole model directory or a dot-directory that the next start removes.
+point leaves either a whole model directory or a dot-directory that the next start removes
+(an upload directory only once no live process holds its ``.tmp-<id>.lock``: another
+process may be starting while this one takes an upload).
 
 Status life cycle: ``queued`` -> ``building`` -> ``ready`` | ``failed`` (persisted), and, in
 memory only, ``loading`` while a restarted service loads a ready model. At start:
@@ -32,6 +34,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import uuid
@@ -61,6 +64,10 @@ STATUS_FILE = "status.json"
 SPEC_FILE = "spec.json"
 MAPS_DIR = "maps"
 BUILD_LOCK = ".build.lock"
+#: What :meth:`Registry.register` names a model (``uuid4().hex``).
+_MODEL_ID = re.compile(r"[0-9a-f]{32}")
+#: Name prefix of an upload's directory while it is checked (renamed to the id when done).
+UPLOAD_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
 REQUEUED = "no process builds the model ({status}): its build is queued here"
 
@@ -245,6 +252,9 @@ class Registry:
         #: Ids deleted through this process whose directory a sync pass may still have
         #: listed: the sync must not bring them back (cleared once they are off the disk).
         self._deleted: set[str] = set()
+        #: Held over a sync pass and over :meth:`catch_up`, so that a request catching up
+        #: on one model waits for a pass that is loading it instead of loading it twice.
+        self._sync_lock = threading.Lock()
         self.on_change: Callable[[], None] | None = None
         #: Called with an entry whose build must run again (set by the app to its build
         #: manager's ``submit``): an interrupted build, or maps of an older format.
@@ -302,9 +312,11 @@ class Registry:
         requeue = []
         for d in sorted(self.root.iterdir()):
             if not d.is_dir():
+                if d.name.startswith(UPLOAD_PREFIX) and d.name.endswith(".lock"):
+                    _remove_leftover(d)  # an upload's lock file, its directory gone
                 continue
             if d.name.startswith("."):
-                shutil.rmtree(d, ignore_errors=True)
+                _remove_leftover(d)
                 continue
             try:
                 entry = self._read_entry(d)
@@ -356,10 +368,12 @@ class Registry:
         try:
             model = self._read_model_file(entry)
         except (MapsError, ApiError, OSError, KeyError) as exc:
+            entry.building_here = False  # not built here after all (a claim is undone)
             self._fail_loaded(entry, f"could not read the stored model file: {_describe(exc)}")
             return
         with self._lock:
             if self._entries.get(entry.id) is not entry:
+                entry.building_here = False
                 return  # deleted meanwhile
             entry.building_here = True  # claimed: the sync leaves it to the build thread
             entry.model = model
@@ -476,9 +490,15 @@ class Registry:
         InvalidInputError, UnsafeModelFileError, PayloadTooLargeError, UnsupportedModelError
         """
         model_id = uuid.uuid4().hex
-        tmp = self.root / f".tmp-{model_id}"
-        tmp.mkdir(parents=True)
+        tmp = self.root / f"{UPLOAD_PREFIX}{model_id}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        # Held until the upload is registered or abandoned: another process starting on
+        # this data dir removes only upload directories nobody holds (see open()).
+        guard = BuildLock.acquire(_upload_lock(tmp))
+        if guard is None:
+            raise OSError(f"cannot lock the upload directory {tmp}")
         try:
+            tmp.mkdir()
             raw_path = tmp / "upload"
             self._copy_upload(upload, raw_path)
             model, fmt = modelio.load_model_file(
@@ -508,6 +528,10 @@ class Registry:
                 fingerprint=ens.fingerprint(),
                 model=model,
                 raw_classes=list(model.classes_),
+                # Claimed for this process's build before the directory shows, when this
+                # process builds: the caller submits it after an ``await``, and a sync
+                # pass in between must not take it for an orphan and queue it twice.
+                building_here=self.on_requeue is not None,
             )
             write_json_atomic(
                 tmp / SPEC_FILE,
@@ -528,6 +552,8 @@ class Registry:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+            _upload_lock(tmp).unlink(missing_ok=True)
+            guard.release()
         self._changed()
         return entry
 
@@ -611,72 +637,120 @@ class Registry:
         process builds are left alone. Queued models no process builds (an upload through
         an API-only replica, an interrupted build) are handed to ``on_requeue`` when this
         process builds (role ``all`` or ``builder``)."""
-        try:
-            names = {d.name for d in self.root.iterdir() if d.is_dir() and not d.name.startswith(".")}
-        except OSError:
-            return
-        with self._lock:
-            # A delete removes the entry and adds the tombstone under this lock: whatever
-            # the listing above saw, a model deleted here is in neither ``known`` nor ``names``.
-            self._deleted &= names
-            names -= self._deleted
-            known = dict(self._entries)
-        for model_id in set(known) - names:  # deleted through another process
-            gone = known[model_id]
-            with self._lock:
-                if self._entries.get(model_id) is gone:
-                    gone.cancel.set()
-                    del self._entries[model_id]
-            gone.model = None
-            gone.maps = None
-            self._changed()
-        for model_id in sorted(names):
-            entry = known.get(model_id)
-            if entry is not None and (entry.building_here or entry.status == "loading"):
-                continue
-            mtime = _mtime(self.root / model_id / STATUS_FILE)
-            if entry is not None and mtime == entry.seen_mtime:
-                if entry.status in ("queued", "building"):
-                    self._claim_orphan(entry)
-                continue
+        with self._sync_lock:
             try:
-                fresh = self._read_entry(self.root / model_id)
-            except Exception:  # half-written by another process: next pass
-                continue
-            fresh.seen_mtime = mtime
-            if entry is None:
+                names = {d.name for d in self.root.iterdir()
+                         if d.is_dir() and not d.name.startswith(".")}
+            except OSError:
+                return
+            with self._lock:
+                # A delete removes the entry and adds the tombstone under this lock: whatever
+                # the listing above saw, a model deleted here is in neither ``known`` nor
+                # ``names``.
+                self._deleted &= names
+                names -= self._deleted
+                known = dict(self._entries)
+            for model_id in set(known) - names:  # deleted through another process
+                gone = known[model_id]
                 with self._lock:
-                    if model_id in self._entries or model_id in self._deleted:
-                        continue
-                    self._entries[model_id] = fresh
-                entry = fresh
-                if fresh.status == "ready":
-                    fresh.status = "loading"
-                    self._load_entry(fresh)
-                    continue
-            else:
-                was_ready = entry.status == "ready" and entry.maps is not None
-                with self._lock:
-                    entry.seen_mtime = mtime
-                    entry.status = fresh.status if not was_ready else entry.status
-                    entry.error, entry.stats = fresh.error, fresh.stats
-                    entry.progress, entry.updated_at = fresh.progress, fresh.updated_at
-                    entry.fingerprint = fresh.fingerprint
-                if fresh.status == "ready" and not was_ready:
-                    entry.status = "loading"
-                    self._load_entry(entry)
-                    continue
+                    if self._entries.get(model_id) is gone:
+                        gone.cancel.set()
+                        del self._entries[model_id]
+                gone.model = None
+                gone.maps = None
                 self._changed()
+            for model_id in sorted(names):
+                self._sync_one(model_id, known.get(model_id))
+
+    def behind(self, model_id: str) -> bool:
+        """Whether the data dir may know more about ``model_id`` than this process: it is
+        unknown here but has a directory, or another process changed its status since the
+        last sync pass, or a sync pass is loading it. Cheap (a ``stat``); see
+        :meth:`catch_up`."""
+        entry = self._entries.get(model_id)
+        if entry is None:
+            # Ids are ``uuid4().hex``: anything else (a client's typo, a fuzzer's 2 KB of
+            # combining marks) is not looked up on disk at all.
+            return (_MODEL_ID.fullmatch(model_id) is not None
+                    and model_id not in self._deleted and (self.root / model_id).is_dir())
+        if entry.building_here or entry.status in ("ready", "failed"):
+            return False
+        if entry.status == "loading":
+            return self.loaded.is_set()  # a sync pass loads it (not the start-up loader)
+        return _mtime(self.root / model_id / STATUS_FILE) != entry.seen_mtime
+
+    def catch_up(self, model_id: str) -> None:
+        """Bring one model up to date with the data dir now, rather than at the next sync
+        pass: a model uploaded or finished through another process answers here at once
+        (read-your-writes across workers and replicas). Blocks while a model is loaded, so
+        the routes call it in a worker thread, only when :meth:`behind` says so."""
+        if _MODEL_ID.fullmatch(model_id) is None:
+            return
+        with self._sync_lock:
+            with self._lock:
+                if model_id in self._deleted:
+                    return
+                entry = self._entries.get(model_id)
+            if (self.root / model_id).is_dir():
+                self._sync_one(model_id, entry)
+
+    def _sync_one(self, model_id: str, entry: ModelEntry | None) -> None:
+        """One model's step of a sync pass (the caller holds ``_sync_lock``)."""
+        if entry is not None and (entry.building_here or entry.status == "loading"):
+            return
+        mtime = _mtime(self.root / model_id / STATUS_FILE)
+        if entry is not None and mtime == entry.seen_mtime:
             if entry.status in ("queued", "building"):
                 self._claim_orphan(entry)
+            return
+        try:
+            fresh = self._read_entry(self.root / model_id)
+        except Exception:  # half-written by another process: next pass
+            return
+        fresh.seen_mtime = mtime
+        if entry is None:
+            with self._lock:
+                if model_id in self._entries or model_id in self._deleted:
+                    return
+                self._entries[model_id] = fresh
+            entry = fresh
+            if fresh.status == "ready":
+                fresh.status = "loading"
+                self._load_entry(fresh)
+                return
+        else:
+            with self._lock:
+                if entry.building_here:
+                    return  # claimed since the check above: its build thread owns it now
+                was_ready = entry.status == "ready" and entry.maps is not None
+                entry.seen_mtime = mtime
+                entry.status = fresh.status if not was_ready else entry.status
+                entry.error, entry.stats = fresh.error, fresh.stats
+                entry.progress, entry.updated_at = fresh.progress, fresh.updated_at
+                entry.fingerprint = fresh.fingerprint
+            if fresh.status == "ready" and not was_ready:
+                entry.status = "loading"
+                self._load_entry(entry)
+                return
+            self._changed()
+        if entry.status in ("queued", "building"):
+            self._claim_orphan(entry)
 
     def _claim_orphan(self, entry: ModelEntry) -> None:
         """Queue the build of a queued/building model that no process builds (nobody holds
         its build lock), when this process builds at all."""
-        if self.on_requeue is None or entry.building_here or entry.cancel.is_set():
+        if self.on_requeue is None:
             return
+        with self._lock:
+            # Checked and claimed in one step: a build thread of this process finishing
+            # the model meanwhile must not leave it to be queued a second time.
+            if (entry.building_here or entry.cancel.is_set()
+                    or entry.status not in ("queued", "building")):
+                return
+            entry.building_here = True
         probe = BuildLock.acquire(self.root / entry.id / BUILD_LOCK)
         if probe is None:
+            entry.building_here = False
             return  # another process builds it
         probe.release()
         self._queue_again(entry)
@@ -738,6 +812,30 @@ class BuildLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
+
+
+def _upload_lock(tmp: Path) -> Path:
+    """The lock file held by the process writing the upload directory ``tmp``."""
+    return tmp.with_name(tmp.name + ".lock")
+
+
+def _remove_leftover(path: Path) -> None:
+    """Remove what an interrupted upload or delete left in the data dir: a ``.trash-``
+    directory, or an upload's directory or lock file that no live process holds (a
+    replica starting while another process takes an upload must not pull it away)."""
+    name = path.name.removesuffix(".lock")
+    if not name.startswith(UPLOAD_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)  # a delete's trash: nobody reads it
+        return
+    upload = path.with_name(name)
+    guard = BuildLock.acquire(_upload_lock(upload))
+    if guard is None:
+        return  # an upload in progress in another process
+    try:
+        shutil.rmtree(upload, ignore_errors=True)
+        _upload_lock(upload).unlink(missing_ok=True)
+    finally:
+        guard.release()
 
 
 def _mtime(path: Path) -> int:

@@ -23,7 +23,15 @@ from ..schemas import (
     PredictRequest,
 )
 from ..security import require_query
-from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, SettingsDep, charge, in_thread
+from .deps import (
+    MODEL_ID_DOC,
+    MetricsDep,
+    RegistryDep,
+    SettingsDep,
+    charge,
+    in_thread,
+    model_entry,
+)
 from .lean import LeanJSONRoute
 
 # LeanJSONRoute: the JSON query routes skip FastAPI's generic request handling on the happy
@@ -67,7 +75,7 @@ async def counterfactuals(
     ``{"results": [...]}`` in input order. ``norm`` defaults to the service's
     ``CFMAPS_DEFAULT_NORM`` (``l1`` unless configured).
     """
-    entry = registry.get_ready(model_id)
+    entry = await model_entry(registry, model_id, ready=True)
     assert entry.maps is not None
     charge(request, _count(body) * min(int(body.k), settings.max_k))
     limits = _limits(settings)
@@ -94,7 +102,7 @@ async def predict(
     settings: SettingsDep,
 ) -> JSONResponse:
     """Labels and probabilities from the uploaded model itself (not from the maps)."""
-    entry = registry.get_ready(model_id)
+    entry = await model_entry(registry, model_id, ready=True)
     charge(request, _count(body))
     X, single = entry.codec.matrix(body, settings.max_batch)
     labels, proba = await in_thread(_predict, entry.model, X)
@@ -141,7 +149,7 @@ PIXELS_PER_ANSWER = 1024
 
 async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any,
                    request: Request) -> Response:
-    entry = registry.get_ready(model_id)
+    entry = await model_entry(registry, model_id, ready=True)
     assert entry.maps is not None
     charge(request, -(-body.width * body.height // PIXELS_PER_ANSWER))
     png, headers = await in_thread(
@@ -191,7 +199,7 @@ async def map_png(
     overlay: bool = True,
 ) -> Response:
     """As the POST, with the instance as comma-separated values in column order."""
-    entry = registry.get_ready(model_id)
+    entry = await model_entry(registry, model_id, ready=True)
     fields: dict[str, Any] = {
         "features": features.split(","), "instance": _numbers(instance, "instance"),
         "width": width, "height": height, "target": _query_label(entry, target), "norm": norm,

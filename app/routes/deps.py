@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from ..builds import BuildManager
 from ..metrics import Metrics
 from ..ratelimit import RateLimiter
-from ..registry import Registry
+from ..registry import ModelEntry, Registry
 from ..security import bearer_token
 from ..settings import Settings
 
@@ -86,6 +86,24 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     call = functools.partial(fn, *args, **kwargs)
     ctx = contextvars.copy_context()
     return await asyncio.get_running_loop().run_in_executor(_executor, ctx.run, call)
+
+
+async def model_entry(registry: Registry, model_id: str, *, ready: bool = False) -> ModelEntry:
+    """The registry's entry for ``model_id`` (one that answers queries when ``ready``).
+
+    With several workers or replicas over one data dir, a model uploaded or finished
+    through another process would otherwise be unknown (404) or not ready (409) here
+    until the next sync pass, although its client was already told otherwise. When the
+    data dir knows more (:meth:`Registry.behind`, a ``stat``), this process catches up on
+    that model first, in a worker thread since it may load maps.
+
+    Raises
+    ------
+    ModelNotFoundError, ModelNotReadyError
+    """
+    if registry.behind(model_id):
+        await in_thread(registry.catch_up, model_id)
+    return registry.get_ready(model_id) if ready else registry.get(model_id)
 
 
 #: Path parameter documentation shared by the model routes.

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 from ..metrics import CONTENT_TYPE
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import ErrorResponse
-from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep
+from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, model_entry
 
 ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
 
@@ -70,7 +70,7 @@ async def v2_model_ready(model_id: ModelId, registry: RegistryDep) -> JSONRespon
     """200 ``{"name": id, "ready": true}`` when the model answers queries; 503 with
     ``"ready": false`` and its ``status`` while it is queued, building, loading or failed;
     404 for an unknown id. Open like the other probes: it tells only the status."""
-    entry = registry.get(model_id)
+    entry = await model_entry(registry, model_id)
     ready = entry.status == "ready" and entry.maps is not None
     body = {"name": model_id, "ready": ready, "status": entry.status}
     return JSONResponse(body, status_code=200 if ready else 503)

@@ -13,7 +13,7 @@ from ..errors import InvalidInputError
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import ErrorResponse, ModelInfo, ModelList, parse_spec
 from ..security import require_admin, require_query
-from .deps import MODEL_ID_DOC, BuildsDep, RegistryDep
+from .deps import MODEL_ID_DOC, BuildsDep, RegistryDep, model_entry
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -108,7 +108,7 @@ async def list_models(registry: RegistryDep) -> JSONResponse:
     summary="Status, progress, schema, classes and build statistics of a model",
 )
 async def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
-    return JSONResponse(registry.get(model_id).info())
+    return JSONResponse((await model_entry(registry, model_id)).info())
 
 
 @router.delete(
@@ -120,6 +120,9 @@ async def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
 )
 def delete_model(model_id: ModelId, registry: RegistryDep) -> Response:
     # A plain ``def``: FastAPI runs it in the threadpool, since it may wait for a build to
-    # finish writing its files.
+    # finish writing its files. A model uploaded through another process and not yet seen
+    # here is deleted too (not a 404).
+    if registry.behind(model_id):
+        registry.catch_up(model_id)
     registry.delete(model_id)
     return Response(status_code=204)

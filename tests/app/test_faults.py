@@ -115,12 +115,14 @@ def test_damaged_maps_are_refused_at_load_with_the_reason(
     service_factory: Any, rf: Fitted, tmp_path: Path, damage: Any
 ) -> None:
     data = tmp_path / "shared"
-    with service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as replica:
+    # The replica's sync passes are an hour apart, so that it reads the model only when a
+    # request asks for it (it catches up then): never before the damage, nor during it.
+    with service_factory(data_dir=data, role="api", sync_interval_seconds=3600.0) as replica:
         with service_factory(data_dir=data, sync_interval_seconds=0.05) as builder:
             model_id = builder.add(rf.skops)
             # damaged after the build, before the replica loads it (it is ready on disk)
             reason = damage(data / "models" / model_id / "maps")
-        # the replica at its start, and a replica following the data dir, both refuse it
+        # a replica at its start, and one that catches up on a request, both refuse it
         with service_factory(data_dir=data, role="api") as fresh:
             info = fresh.client.get(f"/v1/models/{model_id}").json()
             assert info["status"] == "failed"
@@ -252,12 +254,16 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
            "CFMAPS_SYNC_INTERVAL_SECONDS": "0.2"}
     cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
            "serve", "--port", str(port), "--workers", "2", "--log-level", "warning"]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The server's log goes to a file (a pipe nobody reads could fill and stall it), shown
+    # when an assertion fails.
+    log_path = tmp_path / "server.log"
+    log_file = log_path.open("wb")
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
-            assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+            assert server.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "cfmaps serve did not start"
             try:
                 if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
@@ -269,11 +275,16 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
         workers = _children(server.pid)
         assert len(workers) == 2
         with httpx.Client(base_url=base, timeout=30) as http:
-            model_id = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)}).json()["id"]
+            r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
+            assert r.status_code == 202, (r.text, log_path.read_text())
+            model_id = r.json()["id"]
             assert _wait_http_ready(http, model_id)["status"] == "ready"
-            # both processes have the model: it was built in one, the other synced it
+            # Built in one process; the other catches up on the first request it gets for
+            # the model. A new connection per request, so that both processes are asked
+            # (one kept-alive connection stays with one of them).
             wait_until(lambda: all(
-                http.get(f"/v1/models/{model_id}").json()["status"] == "ready" for _ in range(6)
+                httpx.get(f"{base}/v1/models/{model_id}", timeout=10).json()["status"] == "ready"
+                for _ in range(6)
             ), timeout=30)
         url = f"{base}/v1/models/{model_id}/counterfactuals"
         body = {"instance": rf.X[0].tolist()}
@@ -315,3 +326,4 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=10)
+        log_file.close()

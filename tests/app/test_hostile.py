@@ -184,6 +184,19 @@ def test_wrong_methods_and_paths_are_json(strict_service: Any) -> None:
     assert 400 <= r.status_code < 500
 
 
+@pytest.mark.parametrize("bad_id", ["a" * 300, "%C3%A8" * 200, "x%00y", "0" * 32])
+def test_unknown_model_ids_of_any_shape_are_404(strict_service: Any, bad_id: str) -> None:
+    # Each route first asks whether another process has the model on disk: an id that is
+    # not a file name (too long, a NUL) answered 500 there, as schemathesis found.
+    svc, _ = strict_service
+    for method, path in [("GET", f"/v1/models/{bad_id}"), ("GET", f"/v2/models/{bad_id}/ready"),
+                         ("DELETE", f"/v1/models/{bad_id}")]:
+        r = svc.client.request(method, path)
+        assert r.status_code == 404 and r.json()["error"] == "model_not_found", (path, r.text)
+    r = svc.client.post(f"/v1/models/{bad_id}/counterfactuals", json={"instance": GOOD})
+    assert r.status_code == 404, r.text
+
+
 def test_hostile_uploads(service_factory: Any, rf: Fitted) -> None:
     with service_factory(raise_server_exceptions=False) as svc:
         c = svc.client

@@ -8,12 +8,20 @@ one process, so these tests exercise the real exclusion.
 
 from __future__ import annotations
 
+import io
 import json
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from svc_helpers import Fitted, Service, upload, wait_until
+
+from app import modelio
+from app.registry import ModelEntry, Registry
+from app.schemas import parse_spec
+from app.settings import Settings
 
 
 def _status(svc: Service, model_id: str) -> Any:
@@ -49,6 +57,93 @@ def test_an_upload_to_an_api_replica_is_built_by_the_builder_and_served_by_all(
         t0 = time.monotonic()
         wait_until(lambda: api1.client.get(f"/v1/models/{model_id}").status_code == 404, timeout=1.0)
         assert time.monotonic() - t0 < 1.0
+
+
+def test_what_one_process_did_answers_at_once_on_another(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
+) -> None:
+    # Sync passes an hour apart: the second process sees the model only by catching up on
+    # the request, as a client does that uploads through one worker and queries another.
+    data = tmp_path / "shared"
+    x = rf.X[0].tolist()
+    hour = {"sync_interval_seconds": 3600.0}
+    with (service_factory(data_dir=data, **hour) as a,
+          service_factory(data_dir=data, role="api", **hour) as b):
+        r = upload(a.client, rf.skops)
+        model_id = r.json()["id"]
+        # unknown to b a moment ago, queued or building now (not a 404)
+        assert _status(b, model_id) in ("queued", "building", "ready")
+        wait_until(lambda: _status(a, model_id) == "ready")
+        # a says ready: b answers a query right away (not a 409), same answer as a
+        qa = a.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": x})
+        qb = b.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": x})
+        assert qa.status_code == qb.status_code == 200, qb.text
+        assert qa.json()["distance"] == qb.json()["distance"]
+        assert b.client.get(f"/v2/models/{model_id}/ready").status_code == 200
+        # a second model, uploaded through a and deleted through b before b ever saw it
+        other = upload(a.client, rf.skops).json()["id"]
+        assert b.client.delete(f"/v1/models/{other}").status_code == 204
+        assert not (data / "models" / other).exists()
+        # a deleted model stays deleted for the process that deleted it
+        assert b.client.get(f"/v1/models/{other}").status_code == 404
+
+
+def test_a_sync_pass_between_upload_and_submit_does_not_queue_the_build_twice(
+    rf: Fitted, tmp_path: Path
+) -> None:
+    # The upload route registers the model, then submits its build after an ``await``: a
+    # sync pass in between took the model for an orphan and queued a second build, which
+    # rewrote ``building`` over ``ready`` on disk (CI flake of the damaged-maps test).
+    registry = Registry(Settings(data_dir=tmp_path / "data"))
+    registry.open()
+    requeued: list[ModelEntry] = []
+    registry.on_requeue = requeued.append
+    entry = registry.register(io.BytesIO(rf.skops), parse_spec(None), "rf.skops")
+    registry.sync()
+    assert requeued == [] and entry.building_here
+    # a model nobody builds (its uploader died before submitting) is still adopted
+    entry.building_here = False
+    registry.sync()
+    assert requeued == [entry] and entry.building_here
+
+
+def test_a_process_starting_during_an_upload_elsewhere_leaves_the_upload_alone(
+    rf: Fitted, tmp_path: Path, monkeypatch: Any
+) -> None:
+    # ``cfmaps serve --workers 2``: one worker takes an upload while the other starts and
+    # clears what interrupted uploads left. It removed the upload in progress, which then
+    # answered 500 (found by the kill-under-load test).
+    settings = Settings(data_dir=tmp_path / "data")
+    uploading = Registry(settings)
+    uploading.open()
+    checking, go = threading.Event(), threading.Event()
+    real_load = modelio.load_model_file
+
+    def slow_load(*args: Any, **kw: Any) -> Any:
+        checking.set()
+        assert go.wait(30)
+        return real_load(*args, **kw)
+
+    monkeypatch.setattr(modelio, "load_model_file", slow_load)
+    done: list[Any] = []
+    t = threading.Thread(target=lambda: done.append(
+        uploading.register(io.BytesIO(rf.skops), parse_spec(None), "rf.skops")))
+    # what a process that died mid-upload leaves: a directory and a lock file nobody holds
+    stale = settings.models_dir / ".tmp-deadbeef"
+    (stale / "upload").parent.mkdir(parents=True)
+    (stale / "upload").write_bytes(b"partial")
+    stale_lock = settings.models_dir / ".tmp-0ddba11.lock"
+    stale_lock.touch()
+    t.start()
+    assert checking.wait(30)
+    Registry(settings).open()  # another process starts now
+    go.set()
+    t.join(30)
+    assert len(done) == 1, "the upload failed"
+    model_id = done[0].id
+    assert (settings.models_dir / model_id / "status.json").is_file()
+    assert not stale.exists() and not stale_lock.exists()
+    assert sorted(p.name for p in settings.models_dir.iterdir()) == [model_id]
 
 
 def test_two_full_processes_build_each_model_once(
