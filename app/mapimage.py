@@ -63,19 +63,58 @@ def render(sl: MapSlice, n_classes: int, instance: tuple[float, float] | None = 
 
 def _disc(img: np.ndarray, c: tuple[float, float], r: float, colour: tuple[int, int, int]) -> None:
     h, w, _ = img.shape
+    if not (np.isfinite(c[0]) and np.isfinite(c[1])):
+        return
     yy, xx = np.mgrid[0:h, 0:w]
     img[(xx + 0.5 - c[0]) ** 2 + (yy + 0.5 - c[1]) ** 2 <= r * r] = colour
 
 
 def _diamond(img: np.ndarray, c: tuple[float, float], r: float, colour: tuple[int, int, int]) -> None:
     h, w, _ = img.shape
+    if not (np.isfinite(c[0]) and np.isfinite(c[1])):
+        return
     yy, xx = np.mgrid[0:h, 0:w]
     img[np.abs(xx + 0.5 - c[0]) + np.abs(yy + 0.5 - c[1]) <= r] = colour
+
+
+def _clip(p: tuple[float, float], q: tuple[float, float], w: int,
+          h: int) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The part of segment ``pq`` inside the raster ``[0, w] x [0, h]`` (Liang-Barsky), or
+    None. A point may lie far outside the picture (a counterfactual beyond a narrow range,
+    or any point of a range a few ulps wide): drawing then costs the picture's size, not
+    the distance's; a non-finite end draws nothing."""
+    if not all(np.isfinite(v) for v in (*p, *q)):
+        return None
+    t0, t1 = 0.0, 1.0
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    if not (np.isfinite(dx) and np.isfinite(dy)):
+        return None
+    # (p_k, q_k) per side: left, right, top, bottom; p_k < 0 where the segment enters
+    for pk, qk in ((-dx, p[0]), (dx, w - p[0]), (-dy, p[1]), (dy, h - p[1])):
+        if pk == 0:
+            if qk < 0:  # parallel to this side and outside it
+                return None
+        elif pk < 0:
+            t0 = max(t0, qk / pk)
+        else:
+            t1 = min(t1, qk / pk)
+    if t0 > t1:
+        return None
+
+    def at(t: float) -> tuple[float, float]:
+        # clamped: with ends ~1e300 away, p + t * d is off by ulps of 1e300
+        return (min(max(p[0] + t * dx, 0.0), float(w)), min(max(p[1] + t * dy, 0.0), float(h)))
+
+    return at(t0), at(t1)
 
 
 def _line(img: np.ndarray, p: tuple[float, float], q: tuple[float, float],
           colour: tuple[int, int, int]) -> None:
     h, w, _ = img.shape
+    clipped = _clip(p, q, w, h)
+    if clipped is None:
+        return
+    p, q = clipped
     n = int(max(abs(q[0] - p[0]), abs(q[1] - p[1]))) + 2
     xs = np.linspace(p[0], q[0], n).astype(int)
     ys = np.linspace(p[1], q[1], n).astype(int)

@@ -27,6 +27,7 @@ from pydantic import (
     StrictBool,
     StrictStr,
     WithJsonSchema,
+    field_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.json_schema import SkipJsonSchema
@@ -151,9 +152,10 @@ def parse_spec(text: str | bytes | None) -> ModelSpec:
 
 
 class _InstancesRequest(_Strict):
-    # Exactly one of the two, stated in the schema (oneOf) as the codec enforces it; null
-    # is accepted as "absent" but not advertised (SkipJsonSchema), so a client generated
-    # from the schema never sends it. The oneOf sits inside an allOf (the same constraint):
+    # Exactly one of the two, stated in the schema (oneOf) as the codec enforces it. An
+    # explicit null is refused as the schema says (the other one given, it was answered
+    # once, against the schema); None is only the "absent" default, hidden from the schema
+    # (SkipJsonSchema). The oneOf sits inside an allOf (the same constraint):
     # a oneOf at the top of an object schema makes client generators (openapi-python-client)
     # read the body as a union of two property-less schemas and type it Any.
     model_config = ConfigDict(
@@ -172,6 +174,14 @@ class _InstancesRequest(_Strict):
         default=None,
         description="A batch (at least one input); results come back in the same order.",
     )
+
+    @field_validator("instance", "instances", mode="before")
+    @classmethod
+    def _not_null(cls, v: Any) -> Any:
+        # runs only for a value the body gave (defaults are not validated)
+        if v is None:
+            raise ValueError("must not be null: leave it out instead")
+        return v
 
 
 class CounterfactualRequest(_InstancesRequest):

@@ -194,8 +194,10 @@ def _range(maps: CounterfactualMaps, f: int, value: float, given: tuple[float, f
         return axis_extent(maps, f, value)
     lo, hi = float(given[0]), float(given[1])
     d_lo, d_hi = float(maps.grid.dom_lower[f]), float(maps.grid.dom_upper[f])
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
-        raise InvalidQueryError(f"{field} must be two finite numbers lo < hi, got {given}", field)
+    # hi - lo must be finite too: pixel centres are lo + (i + 0.5) * (hi - lo) / n
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi and np.isfinite(hi - lo)):
+        raise InvalidQueryError(f"{field} must be two finite numbers lo < hi, hi - lo finite, "
+                                f"got {given}", field)
     if maps.grid.integral[f]:  # pixels beyond the domain round to its end values
         d_lo, d_hi = d_lo - _INTEGRAL_SLACK, d_hi + _INTEGRAL_SLACK
     if lo < d_lo or hi > d_hi:

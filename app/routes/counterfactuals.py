@@ -105,7 +105,7 @@ async def predict(
     entry = await model_entry(registry, model_id, ready=True)
     charge(request, _count(body))
     X, single = entry.codec.matrix(body, settings.max_batch)
-    labels, proba = await in_thread(_predict, entry.model, X)
+    labels, proba = await in_thread(_predict, entry.model, X, single)
     names = [str(c) for c in entry.classes]
     out = [
         {
@@ -122,8 +122,19 @@ def _count(body: PredictRequest | CounterfactualRequest) -> int:
     return len(body.instances) if body.instances is not None else 1
 
 
-def _predict(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return model.predict(X), model.predict_proba(X)
+def _predict(model: Any, X: np.ndarray, single: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The library's own labels and probabilities for validated rows (finite, right width).
+
+    A ValueError here is the library's own input check refusing them: scikit-learn's
+    float32 estimators refuse values beyond the float32 range (about 3.4e38), which JSON
+    can carry. The answer relays the refusal as a 422, since the model has no decision to
+    report there.
+    """
+    try:
+        return model.predict(X), model.predict_proba(X)
+    except ValueError as exc:
+        field = "instance" if single else "instances"
+        raise InvalidInputError(f"the model refuses this input: {exc}", field) from None
 
 
 def _limits(settings: Any) -> QueryLimits:

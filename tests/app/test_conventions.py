@@ -82,8 +82,11 @@ def test_openapi_states_its_rules(service: Service) -> None:
 
 def test_one_of_is_enforced(rf_service: tuple[Service, str], rf: Fitted) -> None:
     svc, model_id = rf_service
-    url = f"/v1/models/{model_id}/counterfactuals"
     x = rf.X[0].tolist()
-    for body in ({}, {"instance": x, "instances": [x]}, {"instances": []}, {"instance": None}):
-        r = svc.client.post(url, json=body)
-        assert r.status_code == 422 and r.json()["field"] in ("instance", "instances"), body
+    for body in ({}, {"instance": x, "instances": [x]}, {"instances": []}, {"instance": None},
+                 # an explicit null is not "absent": the schema's oneOf refuses it too
+                 {"instance": x, "instances": None}, {"instance": None, "instances": [x]}):
+        for path in ("counterfactuals", "predict"):
+            r = svc.client.post(f"/v1/models/{model_id}/{path}", json=body)
+            assert r.status_code == 422, (path, body, r.text)
+            assert r.json()["field"] in ("instance", "instances"), (path, body, r.json())

@@ -93,6 +93,9 @@ def test_overlay_marks_instance_and_counterfactual(rf_service, rf):
         ({"a_range": "nan,1"}, "a_range"),
         ({"a_range": "1,2,3"}, "a_range"),
         ({"overlay": "maybe"}, "overlay"),
+        ({"a_range": "-1.7e308,1.7e308"}, "a_range"),  # hi - lo overflows
+        ({"a_range": "0,2.225073858507203e-309"}, None),  # a subnormal span (was a 500)
+        ({"a_range": "100,100.000001"}, None),  # the instance far outside (was a 500)
     ],
 )
 def test_bad_parameters_get_422_naming_them(rf_service, rf, params, field):
@@ -187,3 +190,19 @@ def test_budgeted_maps_draw_mixed_regions_exactly(service_factory, rf):
             labels = np.searchsorted(rf.model.classes_,
                                      rf.model.predict(centres(x, a, b, extent, w, h)))
             assert np.array_equal(img, class_colours(2)[labels].reshape(h, w, 3))
+
+
+def test_segments_are_clipped_to_the_picture() -> None:
+    from app.mapimage import _clip
+    assert _clip((-10.0, 5.0), (30.0, 5.0), 20, 10) == ((0.0, 5.0), (20.0, 5.0))
+    assert _clip((5.0, 5.0), (6.0, 6.0), 20, 10) == ((5.0, 5.0), (6.0, 6.0))
+    assert _clip((-5.0, -5.0), (-1.0, 30.0), 20, 10) is None  # left of the picture
+    assert _clip((0.0, 1e3), (0.0, -1e3), 20, 10) == ((0.0, 10.0), (0.0, 0.0))
+    assert _clip((1.0, 1.0), (float("inf"), 2.0), 20, 10) is None
+    # ends 1e300 away: where the segment crosses is lost to rounding, but what is drawn
+    # stays inside the picture (drawing costs its size, whatever the distance)
+    for far in ((-1e300, -1e300), (1e300, 1e300)), ((-1e300, 3.0), (1e300, 4.0)):
+        clipped = _clip(*far, 20, 10)
+        assert clipped is not None
+        for x, y in clipped:
+            assert 0 <= x <= 20 and 0 <= y <= 10
