@@ -72,13 +72,13 @@ def test_schemathesis_finds_no_contract_failure(tmp_path: Path, gb3: Fitted) -> 
         # the real model is what makes the run worth it: generated bodies that fit it were
         # answered by the engine, not only refused at validation
         metrics = httpx.get(f"{base}/metrics", timeout=10).text
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         (ARTIFACTS / "metrics.txt").write_text(metrics)
         answered = [float(line.split()[-1]) for line in metrics.splitlines()
                     if line.startswith("cfmaps_counterfactuals_total ")]
     out = run.stdout + run.stderr
     # the whole report, with each failure's reproducing curl, is kept where CI keeps
     # artifacts: the assertion message below can only show its end
-    ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "schemathesis.log").write_text(out)
     assert run.returncode == 0, out[-6000:]
     for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):

@@ -1,5 +1,9 @@
 """Faults the service survives: a build worker killed, a full disk, damaged maps, an
-upload and a delete racing, 100 clients at once, an API process killed under load.
+upload and a delete racing, 100 clients at once, an API process killed under load or
+mid-build.
+
+Also: a build left running by an API process killed with ``kill -9`` stops by itself, and
+the next process builds the model again.
 
 Every wait is bounded; the servers run on loopback ports.
 """
@@ -14,12 +18,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import build_faults
 import httpx
+import numpy as np
 import pytest
 from svc_helpers import Fitted, Service, free_port, serve_uvicorn, upload, wait_built, wait_until
 
@@ -246,19 +253,20 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def test_an_api_process_killed_under_load_leaves_the_other_answering(
-    rf: Fitted, tmp_path: Path
-) -> None:
+@contextmanager
+def _cfmaps_serve(data_dir: Path, log_path: Path, workers: int = 1,
+                  **env: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``cfmaps serve`` in its own process over ``data_dir``, ready: ``(process, base url)``.
+
+    Its log goes to ``log_path`` (a pipe nobody reads could fill and stall it), for the
+    assertion messages. Stopped with SIGTERM at the end unless a test killed it.
+    """
     port = free_port()
-    env = {**os.environ, "CFMAPS_DATA_DIR": str(tmp_path / "data"),
-           "CFMAPS_SYNC_INTERVAL_SECONDS": "0.2"}
     cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
-           "serve", "--port", str(port), "--workers", "2", "--log-level", "warning"]
-    # The server's log goes to a file (a pipe nobody reads could fill and stall it), shown
-    # when an assertion fails.
-    log_path = tmp_path / "server.log"
-    log_file = log_path.open("wb")
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
+           "serve", "--port", str(port), "--workers", str(workers), "--log-level", "warning"]
+    log_file = log_path.open("ab")
+    server = subprocess.Popen(cmd, env={**os.environ, "CFMAPS_DATA_DIR": str(data_dir), **env},
+                              stdout=subprocess.DEVNULL, stderr=log_file)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -271,6 +279,24 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
             except httpx.TransportError:
                 pass
             time.sleep(0.1)
+        yield server, base
+    finally:
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait(timeout=10)
+        log_file.close()
+
+
+def test_an_api_process_killed_under_load_leaves_the_other_answering(
+    rf: Fitted, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "server.log"
+    with _cfmaps_serve(tmp_path / "data", log_path, workers=2,
+                       CFMAPS_SYNC_INTERVAL_SECONDS="0.2") as (server, base):
         wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
         workers = _children(server.pid)
         assert len(workers) == 2
@@ -319,11 +345,73 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
         settled = [s for t, s in log if t >= killed_at[0] + 1.0]
         assert len(settled) >= 20 and set(settled) == {"200"}, settled[:20]
         assert server.poll() is None  # the service itself is up
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=10)
-        log_file.close()
+
+
+# -- an API process killed mid-build --------------------------------------------------------
+def _descendants(pid: int) -> set[int]:
+    """Every process under ``pid`` (Linux /proc): the forkserver and its build workers."""
+    parent: dict[int, int] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                parent[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {c for c, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:  # a zombie has exited (nobody may reap an orphan in a container)
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _slow_forest() -> bytes:
+    """A forest whose complete partition takes minutes: its build is surely still running
+    when the test kills the API process."""
+    import skops.io as sio
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4000, 8))
+    y = (X[:, :3].sum(axis=1) + rng.normal(0, 1.5, 4000) > 0).astype(int)
+    return sio.dumps(RandomForestClassifier(60, max_depth=10, random_state=0).fit(X, y))
+
+
+def test_a_build_orphaned_by_a_killed_api_process_stops_and_is_built_again(
+    tmp_path: Path,
+) -> None:
+    data, log_path = tmp_path / "data", tmp_path / "server.log"
+    # a budget this forest does not reach for minutes: only the orphan rule stops it
+    with _cfmaps_serve(data, log_path, CFMAPS_BUILD_MAX_RECTANGLES="50000000",
+                       CFMAPS_BUILD_MAX_SECONDS="600") as (server, base):
+        r = httpx.post(f"{base}/v1/models", files={"model": ("slow.skops", _slow_forest())},
+                       timeout=30)
+        assert r.status_code == 202, r.text
+        model_id = r.json()["id"]
+        wait_until(lambda: httpx.get(f"{base}/v1/models/{model_id}", timeout=10)
+                   .json()["progress"] > 0, timeout=60)
+        tree = _descendants(server.pid)  # the forkserver and the build worker
+        assert len(tree) >= 2, tree
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        # The worker's next progress report (every 0.2 s) finds the pipe broken and it
+        # stops, long before the build would end; the forkserver goes with it. (With the
+        # broken pipe ignored in the worker, this wait times out: checked.)
+        wait_until(lambda: not any(_running(p) for p in tree), timeout=20)
+    model_dir = data / "models" / model_id
+    assert not (model_dir / "maps").exists(), "the orphan went on to save its maps"
+    assert json.loads((model_dir / "status.json").read_text())["status"] == "building"
+    # The next process takes the interrupted build up again from the stored model file
+    # (with a small budget, so that it ends soon: the budget is the process's setting).
+    with _cfmaps_serve(data, log_path, CFMAPS_BUILD_MAX_RECTANGLES="20000") as (_, base), \
+            httpx.Client(base_url=base, timeout=30) as http:
+        info = _wait_http_ready(http, model_id)
+        assert info["status"] == "ready", (info, log_path.read_text()[-3000:])
+        r = http.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": [0.0] * 8})
+        assert r.status_code == 200 and r.json()["feasible"] is True, r.text
