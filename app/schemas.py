@@ -153,9 +153,9 @@ def parse_spec(text: str | bytes | None) -> ModelSpec:
 
 class _InstancesRequest(_Strict):
     # Exactly one of the two, stated in the schema (oneOf) as the codec enforces it. An
-    # explicit null is refused as the schema says (the other one given, it was answered
-    # once, against the schema); None is only the "absent" default, hidden from the schema
-    # (SkipJsonSchema). The oneOf sits inside an allOf (the same constraint):
+    # explicit null is refused, as the schema says (it used to be read as absent); None is
+    # only the default of a field left out, hidden from the schema (SkipJsonSchema).
+    # The oneOf sits inside an allOf (the same constraint):
     # a oneOf at the top of an object schema makes client generators (openapi-python-client)
     # read the body as a union of two property-less schemas and type it Any.
     model_config = ConfigDict(
