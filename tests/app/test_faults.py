@@ -238,19 +238,23 @@ def test_a_hundred_concurrent_clients_are_all_answered_correctly(rf: Fitted, tmp
 
 
 # -- an API process killed under load -----------------------------------------------------------
-def _children(pid: int) -> list[int]:
-    """uvicorn's worker processes under ``pid`` (Linux /proc; spawned by multiprocessing)."""
-    out = []
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """Every process as ``pid: (parent pid, command line)`` (Linux /proc)."""
+    out = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
                 stat = (p / "stat").read_text()
                 cmd = (p / "cmdline").read_bytes()
-            except OSError:
+                out[int(p.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), cmd)
+            except (OSError, ValueError, IndexError):
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in cmd:
-                out.append(int(p.name))
     return out
+
+
+def _children(pid: int) -> list[int]:
+    """uvicorn's worker processes under ``pid`` (spawned by multiprocessing)."""
+    return [c for c, (pp, cmd) in _processes().items() if pp == pid and b"spawn_main" in cmd]
 
 
 @contextmanager
@@ -349,14 +353,8 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
 
 # -- an API process killed mid-build --------------------------------------------------------
 def _descendants(pid: int) -> set[int]:
-    """Every process under ``pid`` (Linux /proc): the forkserver and its build workers."""
-    parent: dict[int, int] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                parent[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
+    """Every process under ``pid``: the forkserver and its build workers."""
+    parent = {c: pp for c, (pp, _) in _processes().items()}
     found, frontier = set(), {pid}
     while frontier:
         frontier = {c for c, pp in parent.items() if pp in frontier} - found
