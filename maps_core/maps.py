@@ -19,7 +19,7 @@ from .grid import Grid
 from .index import KDForest, build_index
 from .options import QueryOptions, categories, make_options
 from .partition import Partition, extract
-from .query import MAX_MIXED_POPS, locate, search
+from .query import MAX_MIXED_POPS, locate, locate_rect, search
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import FeatureSchema
 from .storage import Artifact, load_artifact, save_artifact
@@ -330,13 +330,15 @@ class CounterfactualMaps:
               or max_boxes < 1):
             raise InvalidQueryError("max_boxes must be a positive integer", "max_boxes")
         opts: QueryOptions = make_options(self.engine, **options)
-        categories(opts, A)  # every row's one-hot groups are valid before any work
-        return [self._one(A[i], t_idx, opts, int(max_boxes)) for i in range(A.shape[0])]
+        cats = categories(opts, A)  # every row's one-hot groups are valid before any work
+        rids = locate_rect(self.engine, A)  # one compiled call for the batch
+        return [self._one(A[i], t_idx, opts, int(max_boxes), int(rids[i]), cats[i])
+                for i in range(A.shape[0])]
 
-    def _one(self, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-             max_boxes: int) -> CounterfactualResult:
+    def _one(self, x: np.ndarray, t_idx: int | None, opts: QueryOptions, max_boxes: int,
+             rid: int, xcat: np.ndarray) -> CounterfactualResult:
         t0 = time.perf_counter()
-        out = search(self.engine, x, t_idx, opts, max_boxes)
+        out = search(self.engine, x, t_idx, opts, max_boxes, rid, xcat)
         classes = self.classes
         cfs = tuple(
             Counterfactual(

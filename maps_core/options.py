@@ -49,10 +49,13 @@ class QueryOptions:
         """Kernel code of the norm (see :mod:`maps_core._norms`)."""
         return NORMS[self.norm]
 
-    def group_args(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    def group_args(self, x: np.ndarray, xcat: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """Kernel arguments for the groups: (gcol, gstart, gcols, gcost, xcat), where
-        ``xcat[g]`` is the column of x's category (x validated by :func:`categories`)."""
-        return self.gcol, self.gstart, self.gcols, self.gcost, categories(self, x[None, :])[0]
+        ``xcat[g]`` is the column of x's category (x validated by :func:`categories`
+        unless the caller gives ``xcat``, its row of that function's output)."""
+        if xcat is None:
+            xcat = categories(self, x[None, :])[0]
+        return self.gcol, self.gstart, self.gcols, self.gcost, xcat
 
     def constraint_box(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Box every counterfactual of ``x`` must lie in, two arrays of shape (m,)."""

@@ -119,14 +119,18 @@ def _scan(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, x
 
 
 @njit(cache=True, nogil=True)
-def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, integral):
+def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, integral, gstart,
+           gcols):
     """Region of the rectangle ``lo_cells..hi_cells`` (cell indices, shape (m,)) clipped to
     the constraint box ``cmin..cmax``, and the point of it nearest to ``x``. Returns
     (point, lower, upper, lower_closed, upper_closed), shape (m,).
 
     Cell bounds are real boundaries (:mod:`maps_core.splits`), so every real input of the
     region, up to its ends, gets the rectangle's class; the point is the nearest float64
-    of the region: ``x`` clipped to it, one float64 inside an open end."""
+    of the region: ``x`` clipped to it, one float64 inside an open end. One-hot groups
+    (columns ``gcols[gstart[g]:gstart[g + 1]]``) stay on x's category when the region
+    allows it, otherwise take the first category the region allows (all switches cost
+    the same)."""
     m = x.shape[0]
     p = np.empty(m)
     lower = np.empty(m)
@@ -157,6 +161,26 @@ def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, inte
         elif pf == hi_f and not uc:
             pf = np.nextafter(hi_f, -np.inf)
         p[f] = pf
+    for g in range(gstart.shape[0] - 1):
+        s, e = gstart[g], gstart[g + 1]
+        cur = s
+        n_one = 0  # columns the region holds at 1 (at most one, or no category fits)
+        for j in range(s, e):
+            if x[gcols[j]] > x[gcols[cur]]:
+                cur = j
+            if lower[gcols[j]] > 0:
+                n_one += 1
+        pick = -1
+        for j in range(s - 1, e):
+            i = cur if j < s else j  # x's category first, then in order
+            if upper[gcols[i]] >= 1 and n_one - (1 if lower[gcols[i]] > 0 else 0) == 0:
+                pick = i
+                break
+        if pick < 0:
+            raise AssertionError("a region holds no legal category of a one-hot group")
+        for j in range(s, e):
+            p[gcols[j]] = 0.0
+        p[gcols[pick]] = 1.0
     return p, lower, upper, lcl, ucl
 
 
@@ -234,20 +258,8 @@ def assemble(
         x, np.ascontiguousarray(lo_cells, dtype=np.int32),
         np.ascontiguousarray(hi_cells, dtype=np.int32), cmin, cmax, g.cell_offsets,
         g.cell_lower, g.cell_upper, g.cell_lower_closed, g.cell_upper_closed, g.integral,
+        opts.gstart, opts.gcols,
     )
-    # One-hot groups: stay on x's category when the region allows it, otherwise take the
-    # first category the region allows (all switches cost the same).
-    for gi in range(opts.gcost.shape[0]):
-        cols = opts.gcols[opts.gstart[gi]:opts.gstart[gi + 1]]
-        may0 = lower[cols] <= 0
-        may1 = upper[cols] >= 1
-        cur = int(np.argmax(x[cols]))
-        if may1[cur] and np.all(np.delete(may0, cur)):
-            pick = cur
-        else:
-            pick = next(i for i in range(len(cols)) if may1[i] and np.all(np.delete(may0, i)))
-        p[cols] = 0.0
-        p[cols[pick]] = 1.0
     cfd = _point_distance(x, p, opts.weights, opts.norm_code, opts.gcol, opts.gstart,
                           opts.gcols, opts.gcost)
     return Found(
@@ -353,11 +365,18 @@ def _stays(engine: SearchEngine, x: np.ndarray, rid: int, pred: int, cmin: np.nd
 
 
 def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-           max_boxes: int = MAX_MIXED_POPS) -> SearchOutput:
+           max_boxes: int = MAX_MIXED_POPS, rid: int | None = None,
+           xcat: np.ndarray | None = None) -> SearchOutput:
     """Run one query (``x`` already validated, shape (m,)); at most ``max_boxes`` boxes of
-    mixed regions are popped (:class:`BudgetExceededError` beyond)."""
+    mixed regions are popped (:class:`BudgetExceededError` beyond).
+
+    ``rid`` (x's rectangle, :func:`locate_rect`) and ``xcat`` (x's category per one-hot
+    group, :func:`~maps_core.options.categories`) may come from the caller, which finds
+    them for a whole batch at once: each is a compiled call whose dispatch costs a few
+    microseconds, a few percent of a query on the paper's maps."""
     part = engine.partition
-    rid = int(locate_rect(engine, x[None, :])[0])
+    if rid is None:
+        rid = int(locate_rect(engine, x[None, :])[0])
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
         pred = int(engine.classify(x[None, :])[0])
@@ -372,7 +391,7 @@ def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOp
         tmask[t_idx] = True
     g = engine.grid
     q = Query(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin,
-              cmax, g.integral, tmask, opts.k, *opts.group_args(x))
+              cmax, g.integral, tmask, opts.k, *opts.group_args(x, xcat))
     radius = np.inf
     if opts.norm_code != L0 and engine.has_mixed:
         radius = DEEPEN_START * opts.scale
