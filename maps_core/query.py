@@ -365,18 +365,15 @@ def _stays(engine: SearchEngine, x: np.ndarray, rid: int, pred: int, cmin: np.nd
 
 
 def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-           max_boxes: int = MAX_MIXED_POPS, rid: int | None = None,
-           xcat: np.ndarray | None = None) -> SearchOutput:
+           max_boxes: int, rid: int, xcat: np.ndarray) -> SearchOutput:
     """Run one query (``x`` already validated, shape (m,)); at most ``max_boxes`` boxes of
     mixed regions are popped (:class:`BudgetExceededError` beyond).
 
-    ``rid`` (x's rectangle, :func:`locate_rect`) and ``xcat`` (x's category per one-hot
-    group, :func:`~maps_core.options.categories`) may come from the caller, which finds
-    them for a whole batch at once: each is a compiled call whose dispatch costs a few
-    microseconds, a few percent of a query on the paper's maps."""
+    ``rid`` is x's rectangle (:func:`locate_rect`) and ``xcat`` x's category per one-hot
+    group (:func:`~maps_core.options.categories`): the caller finds both for a whole batch
+    at once, since each is a compiled call whose dispatch costs a few microseconds, a few
+    percent of a query on the paper's maps."""
     part = engine.partition
-    if rid is None:
-        rid = int(locate_rect(engine, x[None, :])[0])
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
         pred = int(engine.classify(x[None, :])[0])
