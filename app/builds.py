@@ -151,6 +151,10 @@ class BuildManager:
             entry.building_here = False
             return
         try:
+            if self.registry.settled_elsewhere(entry):
+                # Built by another process while queued here: the sync loads its maps.
+                log.info("model %s: built by another process meanwhile", entry.id)
+                return
             self._run_locked(entry)
         finally:
             entry.building_here = False

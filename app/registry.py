@@ -630,6 +630,24 @@ class Registry:
         another process holds it (or the model is gone)."""
         return BuildLock.acquire(self.root / entry.id / BUILD_LOCK)
 
+    def settled_elsewhere(self, entry: ModelEntry) -> bool:
+        """Whether another process finished ``entry``'s build (``ready`` or ``failed`` on
+        disk) since this process last read or wrote its status.
+
+        A build thread asks once it holds the build lock. A process that finishes a build
+        writes the final status before it releases the lock, so a build queued here in the
+        meantime (queued behind other builds, or claimed as an orphan by a sync pass that
+        read the status just before it changed) has nothing left to do.
+        """
+        status_file = self.root / entry.id / STATUS_FILE
+        if _mtime(status_file) == entry.seen_mtime:
+            return False
+        try:
+            status = json.loads(status_file.read_text(encoding="utf-8")).get("status")
+        except (OSError, ValueError):
+            return False  # gone or half-written: the build decides (set_status checks)
+        return status in ("ready", "failed")
+
     def sync(self) -> None:
         """Make this process's view match the data dir, which other processes (API
         replicas, a builder) write too: models added elsewhere appear (ready ones are

@@ -28,6 +28,14 @@ def _status(svc: Service, model_id: str) -> Any:
     return svc.client.get(f"/v1/models/{model_id}").json().get("status")
 
 
+def _builds(svc: Service, outcome: str) -> float:
+    """How many builds with ``outcome`` this process ran (its metrics counter)."""
+    return sum(
+        s.value for metric in svc.app.state.metrics.builds.collect() for s in metric.samples
+        if s.name.endswith("_total") and s.labels.get("outcome") == outcome
+    )
+
+
 def test_an_upload_to_an_api_replica_is_built_by_the_builder_and_served_by_all(
     service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
 ) -> None:
@@ -155,15 +163,43 @@ def test_two_full_processes_build_each_model_once(
         ids = [upload(c.client, m).json()["id"] for c, m in ((a, rf.skops), (b, gb3.skops))]
         for model_id in ids:
             wait_until(lambda m=model_id: _status(a, m) == "ready" and _status(b, m) == "ready")
-        built = [a.app.state.metrics, b.app.state.metrics]
-        ready = sum(
-            s.value for m in built for metric in m.builds.collect() for s in metric.samples
-            if s.name.endswith("_total") and s.labels.get("outcome") == "ready"
-        )
-        assert ready == 2  # one build per model, whichever process took its lock
+        # one build per model, whichever process took its lock
+        assert _builds(a, "ready") + _builds(b, "ready") == 2
         for model_id in ids:
             status = json.loads((data / "models" / model_id / "status.json").read_text())
             assert status["status"] == "ready" and status["progress"] == 1.0
+
+
+def test_a_build_queued_here_and_finished_elsewhere_is_not_built_again(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
+) -> None:
+    # Process a queues a build behind another one; meanwhile process b adopts the model
+    # (nobody holds its lock), builds it and releases the lock. When a's build thread
+    # then gets the lock, the model is ready on disk: it must not build it again (CI run
+    # of session 26: three builds of two models, ``building`` written over ``ready``).
+    data = tmp_path / "shared"
+    hour = {"sync_interval_seconds": 3600.0}
+    with service_factory(data_dir=data, **hour) as a:
+        busy, go = threading.Event(), threading.Event()
+
+        def other_build() -> None:
+            busy.set()
+            assert go.wait(60)
+
+        a.app.state.builds._executor.submit(other_build)  # one build worker: a waits
+        assert busy.wait(30)
+        model_id = upload(a.client, rf.skops).json()["id"]
+        with service_factory(data_dir=data, **hour) as b:
+            wait_until(lambda: _status(b, model_id) == "ready")  # b adopted and built it
+            ready_file = (data / "models" / model_id / "status.json").read_text()
+            go.set()
+            a.app.state.builds.wait(60)
+            assert _builds(a, "ready") == 0 and _builds(b, "ready") == 1
+            assert (data / "models" / model_id / "status.json").read_text() == ready_file
+            wait_until(lambda: _status(a, model_id) == "ready")
+            x = rf.X[0].tolist()
+            qa = a.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": x})
+            assert qa.status_code == 200, qa.text
 
 
 def test_a_build_left_by_a_dead_process_is_taken_over(
