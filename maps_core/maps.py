@@ -19,7 +19,7 @@ from .grid import Grid
 from .index import KDForest, build_index
 from .options import QueryOptions, categories, make_options
 from .partition import Partition, extract
-from .query import MAX_MIXED_POPS, locate, locate_rect, search
+from .query import MAX_MIXED_POPS, SearchOutput, locate, locate_rect, search_batch
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import FeatureSchema
 from .storage import Artifact, load_artifact, save_artifact
@@ -332,13 +332,11 @@ class CounterfactualMaps:
         opts: QueryOptions = make_options(self.engine, **options)
         cats = categories(opts, A)  # every row's one-hot groups are valid before any work
         rids = locate_rect(self.engine, A)  # one compiled call for the batch
-        return [self._one(A[i], t_idx, opts, int(max_boxes), int(rids[i]), cats[i])
-                for i in range(A.shape[0])]
+        outs = search_batch(self.engine, A, t_idx, opts, int(max_boxes), rids, cats)
+        return [self._result(A[i], t_idx, out) for i, out in enumerate(outs)]
 
-    def _one(self, x: np.ndarray, t_idx: int | None, opts: QueryOptions, max_boxes: int,
-             rid: int, xcat: np.ndarray) -> CounterfactualResult:
-        t0 = time.perf_counter()
-        out = search(self.engine, x, t_idx, opts, max_boxes, rid, xcat)
+    def _result(self, x: np.ndarray, t_idx: int | None, out: SearchOutput) -> CounterfactualResult:
+        """The public form of one row's search."""
         classes = self.classes
         cfs = tuple(
             Counterfactual(
@@ -354,7 +352,7 @@ class CounterfactualMaps:
             nodes_popped=out.nodes_popped,
             rectangles_evaluated=out.rectangles_evaluated,
             regions_refined=out.regions_refined,
-            seconds=time.perf_counter() - t0,
+            seconds=out.seconds,
         )
         res = CounterfactualResult(
             query=x,

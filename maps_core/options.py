@@ -68,6 +68,19 @@ class QueryOptions:
             cmax[dec] = np.minimum(cmax[dec], x[dec])
         return cmin, cmax
 
+    def constraint_boxes(self, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`constraint_box` of every row of ``A`` (shape (n, m)): two arrays of shape
+        (n, m)."""
+        n = A.shape[0]
+        cmin = np.repeat(self.lower[None, :], n, axis=0)
+        cmax = np.repeat(self.upper[None, :], n, axis=0)
+        inc, dec = self._pinned
+        if inc.size:
+            cmin[:, inc] = np.maximum(cmin[:, inc], A[:, inc])
+        if dec.size:
+            cmax[:, dec] = np.minimum(cmax[:, dec], A[:, dec])
+        return cmin, cmax
+
     @cached_property
     def _pinned(self) -> tuple[np.ndarray, np.ndarray]:
         """Features that may not decrease, and those that may not increase."""

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from maps_core import CounterfactualMaps, InvalidQueryError
-from maps_core.options import make_options
-from maps_core.query import linear_scan
+from maps_core.options import categories, make_options
+from maps_core.query import linear_scan, locate_rect, search
 from tests.conftest import MODEL_FACTORIES, brute_force, fit
 
 NORMS = ["l1", "l2", "linf"]
@@ -142,3 +142,52 @@ def test_default_options_are_shared_and_custom_ones_leave_them_alone(suite):
     for f, v in before.items():
         assert np.array_equal(getattr(base, f), v)
     assert heavy.best.distance == pytest.approx(7.0 * plain.best.distance)
+
+
+@pytest.mark.parametrize("budget", ["complete", "mixed"])
+@pytest.mark.parametrize("norm", NORMS + ["l0"])
+def test_a_batch_answers_every_row_as_a_query_of_its_own(norm, budget):
+    # Batches with k = 1 run in one compiled call (query._batch); each row must get what
+    # the per-row path (query.search) gives it: the same answer, region, point and
+    # counters, through every branch (answered in the kernel; x itself when the target is
+    # its class; no answer under the constraints; maps with mixed regions).
+    model, X, _ = fit("rf", 3, n_features=4, seed=3)
+    maps = CounterfactualMaps.build(model, **({"max_seconds": 0.0} if budget == "mixed" else {}))
+    assert maps.engine.has_mixed == (budget == "mixed")
+    rng = np.random.default_rng(2)
+    Q = np.vstack([X[:25], rng.normal(scale=2, size=(15, 4))])
+    names = maps.feature_names
+    cases = [
+        (None, {}),
+        (maps.classes[1], {}),  # rows of class 1 are answered by themselves
+        (maps.classes[2], {"immutable": names[:3], "bounds": {names[3]: [0.0, 0.1]}}),
+    ]
+    engine = maps.engine
+    rids = locate_rect(engine, Q)
+    for target, constraints in cases:
+        got = maps.counterfactuals(Q, target, norm=norm, **constraints)
+        opts = make_options(engine, norm=norm, **constraints)
+        t_idx = None if target is None else maps.target_index(target)
+        cats = categories(opts, Q)
+        for i, res in enumerate(got):
+            want = search(engine, Q[i], t_idx, opts, 10**6, int(rids[i]), cats[i])
+            assert maps.target_index(res.prediction) == want.prediction
+            assert res.stats.nodes_popped == want.nodes_popped
+            assert res.stats.regions_refined == want.regions_refined
+            assert res.stats.seconds > 0
+            assert res.unreachable == tuple(maps.classes[j] for j in want.unreachable)
+            assert len(res.counterfactuals) == len(want.found)
+            for cf, f in zip(res.counterfactuals, want.found, strict=True):
+                assert cf.distance == f.distance
+                assert cf.counterfactual_distance == f.counterfactual_distance
+                assert maps.target_index(cf.target) == f.target
+                np.testing.assert_array_equal(cf.x, f.x)
+                for a, b in ((cf.region.lower, f.lower), (cf.region.upper, f.upper),
+                             (cf.region.lower_closed, f.lower_closed),
+                             (cf.region.upper_closed, f.upper_closed)):
+                    np.testing.assert_array_equal(a, b)
+        if target == maps.classes[1]:  # both kinds of row are in this batch
+            assert {r.best.distance == 0 for r in got} == {True, False}
+    assert any(not r.feasible for r in got)  # the constrained case reached "no answer"
+    if budget == "mixed":
+        assert any(r.stats.regions_refined > 0 for r in maps.counterfactuals(Q, norm=norm))
