@@ -775,7 +775,11 @@ class Registry:
 
     # -- delete -----------------------------------------------------------------------
     def delete(self, model_id: str) -> None:
-        """Forget a model and remove its files; a running build is cancelled."""
+        """Forget a model and remove its files; a running build is cancelled. A model
+        uploaded through another process and not seen here yet is deleted too (not a
+        :class:`~app.errors.ModelNotFoundError`). Blocks while a build writes its files."""
+        if self.behind(model_id):
+            self.catch_up(model_id)
         with self._lock:
             entry = self.get(model_id)
             entry.cancel.set()

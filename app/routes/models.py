@@ -120,9 +120,6 @@ async def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
 )
 def delete_model(model_id: ModelId, registry: RegistryDep) -> Response:
     # A plain ``def``: FastAPI runs it in the threadpool, since it may wait for a build to
-    # finish writing its files. A model uploaded through another process and not yet seen
-    # here is deleted too (not a 404).
-    if registry.behind(model_id):
-        registry.catch_up(model_id)
+    # finish writing its files (and catch up on a model another process uploaded).
     registry.delete(model_id)
     return Response(status_code=204)
