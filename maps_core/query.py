@@ -461,9 +461,9 @@ def _first_radius(engine: SearchEngine, opts: QueryOptions) -> float:
     return np.inf
 
 
-# Fewer rows go through search() one by one: the compiled batch's fixed cost (its
-# arguments' types checked at every call, eleven output arrays, two clock reads) is more
-# than a single query's Python (CP RF 100x5 single queries: 150 us through it, 106 us not).
+# A batch of fewer rows goes through search() row by row: the compiled batch's fixed cost
+# (its arguments' types checked at every call, eleven output arrays, two clock reads) is
+# more than one query's Python (CP RF 100x5 single queries: 150 us through it, 106 us not).
 _BATCH_MIN_ROWS = 2
 
 
