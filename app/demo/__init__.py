@@ -142,7 +142,10 @@ class _Driver:
             if not self.server.should_exit:
                 self.failed = "the server did not start"
             return
-        with httpx.Client(base_url=self.base_url, timeout=60) as client:
+        # Reads may wait for minutes: right after an install, the first query compiles the
+        # search engine in the server (a minute alone, longer on a busy machine; a 60 s
+        # read timeout failed the demo while tests ran beside it).
+        with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(60, read=600)) as client:
             model_id = self._find_existing(client)
             if model_id is None:
                 model_id = self._upload(client, model, schema)
