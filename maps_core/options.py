@@ -59,14 +59,8 @@ class QueryOptions:
 
     def constraint_box(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Box every counterfactual of ``x`` must lie in, two arrays of shape (m,)."""
-        cmin = self.lower.copy()
-        cmax = self.upper.copy()
-        inc, dec = self._pinned
-        if inc.size:
-            cmin[inc] = np.maximum(cmin[inc], x[inc])
-        if dec.size:
-            cmax[dec] = np.minimum(cmax[dec], x[dec])
-        return cmin, cmax
+        cmin, cmax = self.constraint_boxes(x[None, :])
+        return cmin[0], cmax[0]
 
     def constraint_boxes(self, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`constraint_box` of every row of ``A`` (shape (n, m)): two arrays of shape
