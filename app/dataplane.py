@@ -26,7 +26,7 @@ from maps_core.slices import map_slice
 
 from .errors import InvalidInputError
 from .mapimage import class_colours, png_bytes, render
-from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, py_scalar, result_json
+from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, py_scalar, results_json
 
 __all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "counterfactual_answer", "map_picture",
            "runs_inline"]
@@ -139,7 +139,7 @@ def counterfactual_answer(
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, single)
         raise
-    out = [result_json(r, codec, body.k, display) for r in results]
+    out = results_json(results, codec, body.k, display)
     return out[0] if single else {"results": out}
 
 

@@ -379,6 +379,7 @@ class FeatureCodec:
         self.names = list(names)
         self.index = {n: j for j, n in enumerate(self.names)}
         self.integral = [bool(b) for b in integral]
+        self._integral_cols = np.flatnonzero(np.asarray(self.integral, dtype=bool))
         self.m = len(self.names)
 
     # JSON -> array
@@ -471,6 +472,26 @@ class FeatureCodec:
                                    strict=True)
         ]
 
+    def rows(self, M: np.ndarray) -> list[list[float | int | None]]:
+        """:meth:`_values` of every row of ``M`` (shape (n, n_features)), converted a column
+        block at a time: one numpy pass instead of a Python test per value, which made up
+        most of a batch's formatting (CP, 100 rows: 3 matrices of 1,200 values each)."""
+        M = np.asarray(M, dtype=np.float64)
+        out = M.astype(object)  # Python floats
+        cols = self._integral_cols
+        if cols.size:
+            sub = M[:, cols]
+            # integral values within int64 become Python ints (beyond, as _values does)
+            whole = np.isfinite(sub) & (np.floor(sub) == sub) & (np.abs(sub) < 2.0**62)
+            block = out[:, cols]
+            block[whole] = sub[whole].astype(np.int64)
+            big = np.isfinite(sub) & (np.abs(sub) >= 2.0**62)
+            for r, c in zip(*np.nonzero(big), strict=True):
+                block[r, c] = int(sub[r, c])
+            out[:, cols] = block
+        out[~np.isfinite(M)] = None
+        return out.tolist()
+
     def point(self, x: np.ndarray) -> dict[str, float | int | None]:
         return dict(zip(self.names, self._values(x), strict=True))
 
@@ -495,6 +516,64 @@ class FeatureCodec:
 def _short(v: Any) -> str:
     text = json.dumps(v) if isinstance(v, str | bool | type(None)) else repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _stack(rows: Sequence[Any], dtype: Any) -> np.ndarray:
+    """Rows of equal length as a matrix (shape (n, length)); one concatenation costs a
+    quarter of ``np.stack`` on a hundred short rows."""
+    return np.concatenate([np.asarray(r, dtype=dtype) for r in rows]).reshape(len(rows), -1)
+
+
+def results_json(
+    results: Sequence[CounterfactualResult], codec: FeatureCodec, k: int = 1,
+    display: Callable[[Any], Any] = py_scalar,
+) -> list[dict[str, Any]]:
+    """:func:`result_json` of every answer of a batch, in order.
+
+    The answers that have a counterfactual are formatted column-wise: their queries, points
+    and region ends are stacked and converted a matrix at a time (:meth:`FeatureCodec.rows`).
+    The output is the same as :func:`result_json` row by row (a test checks it), in about
+    half the time on a CP batch of 100. Infeasible answers, and any answer when ``k > 1``,
+    go row by row.
+    """
+    out: list[dict[str, Any] | None] = [
+        None if k == 1 and r.best is not None else result_json(r, codec, k, display)
+        for r in results
+    ]
+    rows = [i for i, o in enumerate(out) if o is None]
+    if not rows:
+        return out  # type: ignore[return-value]
+    best: list[Counterfactual] = [results[i].best for i in rows]  # type: ignore[misc]
+    Q = _stack([results[i].query for i in rows], np.float64)
+    P = _stack([cf.x for cf in best], np.float64)
+    qv, pv = codec.rows(Q), codec.rows(P)
+    lo = codec.rows(_stack([cf.region.lower for cf in best], np.float64))
+    hi = codec.rows(_stack([cf.region.upper for cf in best], np.float64))
+    lc = _stack([cf.region.lower_closed for cf in best], bool).tolist()
+    uc = _stack([cf.region.upper_closed for cf in best], bool).tolist()
+    diff = (Q != P).tolist()
+    names = codec.names
+    for r, i in enumerate(rows):
+        res, cf = results[i], best[r]
+        q, p = qv[r], pv[r]
+        out[i] = {
+            "prediction": display(res.prediction),
+            "target": display(res.target),
+            "feasible": True,
+            "reason": None,
+            "counterfactual": dict(zip(names, p, strict=True)),
+            "changes": {names[j]: {"from": q[j], "to": p[j]}
+                        for j, d in enumerate(diff[r]) if d},
+            "distance": json_float(cf.distance),
+            "counterfactual_distance": json_float(cf.counterfactual_distance),
+            "region": {
+                n: {"lower": a, "upper": b, "lower_closed": c, "upper_closed": d}
+                for n, a, b, c, d in zip(names, lo[r], hi[r], lc[r], uc[r], strict=True)
+            },
+            "optimal": True,
+            "stats": res.stats.to_dict(),
+        }
+    return out  # type: ignore[return-value]
 
 
 def result_json(
