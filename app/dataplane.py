@@ -40,14 +40,15 @@ _inline: weakref.WeakKeyDictionary[CounterfactualMaps, bool] = weakref.WeakKeyDi
 @dataclass(frozen=True)
 class QueryLimits:
     """The service's per-request limits (``CFMAPS_MAX_BATCH``, ``CFMAPS_MAX_K``,
-    ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_MAP_MAX_SIDE``) and the norm of a query that names
-    none (``CFMAPS_DEFAULT_NORM``)."""
+    ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_QUERY_MAX_SECONDS``, ``CFMAPS_MAP_MAX_SIDE``) and
+    the norm of a query that names none (``CFMAPS_DEFAULT_NORM``)."""
 
     max_batch: int = 1000
     max_k: int = 100
     default_norm: str = "l1"
     map_max_side: int = 1024
     max_boxes: int | None = None  # the engine's default
+    max_seconds: float | None = None  # per instance; none by default
 
 
 def runs_inline(maps: CounterfactualMaps, body: CounterfactualRequest) -> bool:
@@ -135,6 +136,7 @@ def counterfactual_answer(
             k=body.k,
             group_costs=body.group_costs,
             max_boxes=limits.max_boxes,
+            max_seconds=limits.max_seconds,
         )
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, single)
@@ -184,7 +186,8 @@ def map_picture(
         sl = map_slice(maps, x, a, b, body.width, body.height, body.a_range, body.b_range)
         held = [n for j, n in enumerate(names) if j not in (a, b)]
         res = maps.counterfactual(x, target, norm=body.norm or limits.default_norm,
-                                  immutable=held, max_boxes=limits.max_boxes)
+                                  immutable=held, max_boxes=limits.max_boxes,
+                                  max_seconds=limits.max_seconds)
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, True)
         raise

@@ -71,6 +71,13 @@ class Settings(BaseSettings):
         It bounds a query's time and memory on maps a budgeted build left mixed regions
         in: a box costs 25-70 us on a Credit random forest of 100 trees, so the default
         500,000 caps such a query at roughly 15-35 s (the engine's own default is 2M).
+    query_max_seconds : float or None
+        Most seconds the search of unresolved regions for one instance may take before
+        the query fails with 422 ``budget_exceeded`` (the engine's ``max_seconds``; it may
+        overrun by a few hundred milliseconds). The box budget alone lets a hard query on
+        a large forest hold a worker for minutes (a 200-tree forest of depth 8 pops about
+        a thousand boxes a second); the default 30 s keeps every query, hence every
+        request, of one instance within about that. ``None``: no time limit.
     map_max_side : int
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.
     build_workers : int
@@ -134,6 +141,7 @@ class Settings(BaseSettings):
     max_unpacked_factor: int = Field(default=20, gt=0)
     max_k: int = Field(default=100, gt=0)
     query_max_boxes: int = Field(default=500_000, gt=0)
+    query_max_seconds: float | None = Field(default=30.0, gt=0)
     map_max_side: int = Field(default=1024, gt=0, le=2048)
     ui: bool = True
     build_workers: int = Field(default=1, gt=0)

@@ -47,10 +47,11 @@ to just above that cell's distance.
 
 from __future__ import annotations
 
+import time
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from ._bounds import (
     SWEEP_REACH,
@@ -177,18 +178,20 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
 
 
 @njit(cache=True, nogil=True)
-def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
+def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, deadline):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
     ``kern`` the ensemble's :class:`~maps_core.partition.Kernel`.
-    ``max_pops`` bounds the mixed-region boxes of the whole query, all rounds together.
+    ``max_pops`` bounds the mixed-region boxes of the whole query, all rounds together, and
+    ``deadline`` (a :func:`clock` reading; ``inf`` for none) its time.
     Iterative deepening: rounds bounded by ``radius`` (a distance; ``inf`` for a single
     unbounded round), grown by ``growth`` until a round finds the k best (each round is
     exact below its bound), the radius covers every point the constraints allow, or
     ``max_rounds`` rounds failed (then one unbounded round). Each round is
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
-    rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete).
+    rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status),
+    ``status`` one of :data:`COMPLETE`, :data:`OUT_OF_BOXES`, :data:`OUT_OF_TIME`.
     """
     # Flat from here on: _bounded_search and its loop take every array as an argument
     # (borrowed: no reference counting; reading namedtuple fields in the loop cost FI
@@ -211,16 +214,16 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
         capped = bound >= cap
         if capped:
             bound = cap
-        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, complete = _bounded_search(
+        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, status = _bounded_search(
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
             coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
-            max_depth_nodes, max_pops - pops, bound, klo, khi, True)
+            max_depth_nodes, max_pops - pops, bound, klo, khi, True, deadline)
         kd_pops += kp
         evaluated += ev
         pops += po
-        if not complete or c_d.shape[0] >= q.k or radius == np.inf or capped:
-            return c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete
+        if status != COMPLETE or c_d.shape[0] >= q.k or radius == np.inf or capped:
+            return c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status
         if rnd == _CAP_ROUND:
             # The nearest certified target rectangles (KD trees only, no mixed region) bound
             # the answer from above. The cost of a round grows steeply with its bound (the
@@ -232,7 +235,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds):
                 x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
                 node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo,
                 rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high,
-                tol, max_depth_nodes, 0, np.inf, klo, khi, False)
+                tol, max_depth_nodes, 0, np.inf, klo, khi, False, np.inf)
             kd_pops += kp
             evaluated += ev
             if u_d.shape[0] >= q.k:
@@ -535,24 +538,45 @@ _N_STATE = 9
 #: What :func:`_search_loop` stopped for: done; more room needed (``st[_NEED]`` entries);
 #: out of ``max_pops``.
 _DONE, _NEED_ROOM, _OUT_OF_POPS = 0, 1, 2
+#: How a search ended (:func:`best_first`): every box it had to see was seen; out of its
+#: box budget; out of its time.
+COMPLETE, OUT_OF_BOXES, OUT_OF_TIME = 0, 1, 2
+#: Mixed-region boxes popped between two clock readings when a search has a deadline: a
+#: reading takes the GIL for about 1 us, a box costs 5 us (CP) to 1 ms (a 200-tree forest
+#: of depth 8), so the check costs nothing measurable and a search overruns its time by at
+#: most a few hundred milliseconds.
+CLOCK_EVERY = 256
+
+
+@njit(cache=True)
+def clock():
+    """``time.perf_counter()`` for compiled code: one call in object mode, which takes the
+    GIL for its duration (about 1 us). A function of its own, compiled without ``nogil``:
+    inside a ``nogil`` one, numba warns at every load that object mode runs serially."""
+    with objmode(t="float64"):
+        t = time.perf_counter()
+    return t
 
 
 @njit(cache=True, nogil=True)
 def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost,
                     xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
                     rlo, rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base,
-                    tie_high, tol, max_depth_nodes, max_pops, bound, klo, khi, with_mixed):
+                    tie_high, tol, max_depth_nodes, max_pops, bound, klo, khi, with_mixed,
+                    deadline):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
-    within the cells ``klo..khi`` (:func:`reachable_cells`).
+    within the cells ``klo..khi`` (:func:`reachable_cells`); when ``deadline`` is finite,
+    the clock is read at the start and every :data:`CLOCK_EVERY` boxes.
 
-    Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, complete):
+    Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status):
     candidate boxes (certified rectangles or certified sub-boxes of mixed regions, each of
     a target class, with their distances in accumulated form), a superset of the k best;
     near-tie boxes (every cell scores the same, within rounding, so the model's label of
     the centre holds for all) for the caller to label; KD-tree nodes popped; rectangles
-    whose exact distance was computed; mixed-region boxes popped; False if ``max_pops`` of
-    the latter ran out first.
+    whose exact distance was computed; mixed-region boxes popped; :data:`OUT_OF_BOXES` if
+    ``max_pops`` of the latter ran out first, :data:`OUT_OF_TIME` if the deadline passed,
+    else :data:`COMPLETE`.
 
     Per popped entry: a KD node is expanded (:func:`_expand_inner`) or its leaf scanned
     (:func:`_scan_leaf`); a box of a mixed region is clipped to the ball of the k-th best
@@ -619,14 +643,25 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     # and the counters.
     st = np.zeros(_N_STATE, dtype=np.int64)
     st[_QUEUED] = n
-    while True:
+    timed = deadline < np.inf
+    code = _DONE
+    # a round starts only within the time (the deepening rounds may be many short ones)
+    late = timed and with_mixed and clock() >= deadline
+    while not late:
+        # with a deadline, the loop stops every CLOCK_EVERY boxes to read the clock
+        pause = min(max_pops, st[_POPS] + CLOCK_EVERY) if timed else max_pops
         code = _search_loop(
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, labels, rlo, rhi, coff, clow,
-            cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_pops,
+            cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, pause,
             klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo, c_hi, c_lab,
             c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange, top_n, stack,
             mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell, pbox_lo, pbox_hi)
+        if code == _OUT_OF_POPS and st[_POPS] < max_pops:
+            if clock() < deadline:
+                continue
+            late = True
+            break
         if code != _NEED_ROOM:
             break
         # Room for everything the next pop may add, then carry on where the loop stopped.
@@ -653,7 +688,8 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     n_c, n_t = st[_CANDIDATES], st[_TIES]
     return (c_lo[:n_c].copy(), c_hi[:n_c].copy(), c_lab[:n_c].copy(), c_d[:n_c].copy(),
             t_lo[:n_t].copy(), t_hi[:n_t].copy(), t_d[:n_t].copy(), st[_KD_POPS],
-            st[_EVALUATED], st[_POPS], code == _DONE)
+            st[_EVALUATED], st[_POPS],
+            OUT_OF_TIME if late else COMPLETE if code == _DONE else OUT_OF_BOXES)
 
 
 @njit(**NO_NRT)
@@ -795,4 +831,5 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
     return code
 
 
-__all__ = ["Cells", "Forest", "Query", "best_first", "clip_to_ball", "reachable_cells"]
+__all__ = ["COMPLETE", "OUT_OF_BOXES", "OUT_OF_TIME", "Cells", "Forest", "Query", "best_first",
+           "clip_to_ball", "clock", "reachable_cells"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -274,6 +275,7 @@ class CounterfactualMaps:
         k: int = 1,
         group_costs: Mapping[str, float] | None = None,
         max_boxes: int | None = None,
+        max_seconds: float | None = None,
     ) -> list[CounterfactualResult]:
         """Exact counterfactuals for every row of ``X``, in input order.
 
@@ -305,6 +307,12 @@ class CounterfactualMaps:
             100x5, 28 features) and holds 8m + 4T + 8c + 24 bytes while queued (m
             features, T trees, c classes). Exactness is never traded: a search that needs more raises
             :class:`BudgetExceededError`.
+        max_seconds : float, optional
+            Most seconds one instance's search of mixed regions may take (default: no
+            limit), checked every :data:`maps_core.lazy.CLOCK_EVERY` boxes, so a search
+            may overrun it by that many boxes. Beyond it, :class:`BudgetExceededError`:
+            what a service needs to keep one hard query from holding a worker for
+            minutes (a 200-tree forest of depth 8 pops about a thousand boxes a second).
 
         Returns
         -------
@@ -314,7 +322,7 @@ class CounterfactualMaps:
         """
         options = {"norm": norm, "weights": weights, "immutable": immutable,
                    "direction": direction, "bounds": bounds, "k": k, "group_costs": group_costs,
-                   "max_boxes": max_boxes}
+                   "max_boxes": max_boxes, "max_seconds": max_seconds}
         return self._answer(self._as_matrix(X), target, options)
 
     def _answer(
@@ -329,10 +337,17 @@ class CounterfactualMaps:
         elif (not isinstance(max_boxes, int | np.integer) or isinstance(max_boxes, bool)
               or max_boxes < 1):
             raise InvalidQueryError("max_boxes must be a positive integer", "max_boxes")
+        max_seconds = options.pop("max_seconds", None)
+        if max_seconds is None:
+            max_seconds = math.inf
+        elif (not isinstance(max_seconds, int | float | np.integer | np.floating)
+              or isinstance(max_seconds, bool) or not max_seconds > 0):
+            raise InvalidQueryError("max_seconds must be a positive number", "max_seconds")
         opts: QueryOptions = make_options(self.engine, **options)
         cats = categories(opts, A)  # every row's one-hot groups are valid before any work
         rids = locate_rect(self.engine, A)  # one compiled call for the batch
-        outs = search_batch(self.engine, A, t_idx, opts, int(max_boxes), rids, cats)
+        outs = search_batch(self.engine, A, t_idx, opts, int(max_boxes), rids, cats,
+                            max_seconds=float(max_seconds))
         return [self._result(A[i], t_idx, out) for i, out in enumerate(outs)]
 
     def _result(self, x: np.ndarray, t_idx: int | None, out: SearchOutput) -> CounterfactualResult:

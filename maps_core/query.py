@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit, objmode
+from numba import njit
 
 from ._norms import L0, L2, LINF, finish
 from .distance import rect_dist
 from .engine import SearchEngine
 from .exceptions import BudgetExceededError
 from .grid import cells_kernel
-from .lazy import Query, best_first
+from .lazy import COMPLETE, OUT_OF_TIME, Query, best_first, clock
 from .options import QueryOptions
 from .partition import MIXED, refine_region
 
@@ -214,27 +214,18 @@ def _point_distance(x, p, w, norm, gcol, gstart, gcols, gcost):
     return top if norm == LINF else total
 
 
-@njit(cache=True)
-def _clock():
-    """``time.perf_counter()`` for compiled code: one call in object mode, which takes the
-    GIL for its duration (about 1 us). A function of its own, compiled without ``nogil``:
-    inside a ``nogil`` one, numba warns at every load that object mode runs serially."""
-    with objmode(t="float64"):
-        t = time.perf_counter()
-    return t
-
-
 #: What :func:`_batch` did with a row: answered; near-tie boxes among its candidates
 #: (the model must label them: the caller's per-row path); out of its box budget; no
-#: candidate (infeasible: the caller's path words the reason).
-ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE = 0, 1, 2, 3
+#: candidate (infeasible: the caller's path words the reason); out of its time.
+ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE, LATE = 0, 1, 2, 3, 4
 
 
 @njit(cache=True, nogil=True)
 def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcols, gcost, fo,
-           ce, kern, max_pops, radius, growth, max_rounds):
+           ce, kern, max_pops, max_seconds, radius, growth, max_rounds):
     """The nearest counterfactual (``k = 1``) of every row of ``X`` (shape (n, m)) in one
     compiled call: per row, :func:`~maps_core.lazy.best_first` under its constraint box
+    (each row with its own budgets: ``max_pops`` boxes and ``max_seconds``)
     (``cmins``, ``cmaxs``, shape (n, m)) and target mask (``tmasks``, shape (n, c)), then
     :func:`_place` and :func:`_point_distance` on its nearest candidate.
 
@@ -260,16 +251,18 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
     UC = np.zeros((n, m), dtype=np.bool_)
     counters = np.zeros((n, 3), dtype=np.int64)
     seconds = np.zeros(n)
-    t0 = _clock()
+    t0 = clock()
     for i in range(n):
         q = Query(X[i], w, norm, cmins[i], cmaxs[i], integral, tmasks[i], 1, gcol, gstart,
                   gcols, gcost, xcats[i])
-        c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, complete = best_first(
-            q, fo, ce, kern, max_pops, radius, growth, max_rounds)
+        c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done = best_first(
+            q, fo, ce, kern, max_pops, radius, growth, max_rounds, t0 + max_seconds)
         counters[i, 0] = kp
         counters[i, 1] = ev
         counters[i, 2] = po
-        if not complete:
+        if done == OUT_OF_TIME:
+            status[i] = LATE
+        elif done != COMPLETE:
             status[i] = OUT_OF_BUDGET
         elif t_d.shape[0] > 0:
             status[i] = NEAR_TIES
@@ -288,7 +281,7 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
             dist[i] = c_d[j]
             lab[i] = c_lab[j]
             cfd[i] = _point_distance(X[i], p, w, norm, gcol, gstart, gcols, gcost)
-        t1 = _clock()  # each row's own time, not the batch's mean
+        t1 = clock()  # each row's own time, not the batch's mean
         seconds[i] = t1 - t0
         t0 = t1
     return status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds
@@ -454,6 +447,15 @@ def _out_of_budget(max_boxes: int) -> BudgetExceededError:
     )
 
 
+def _out_of_time(max_seconds: float) -> BudgetExceededError:
+    return BudgetExceededError(
+        f"this query's search of the regions the build left unresolved ran out of its time "
+        f"({max_seconds:g} s, its search budget max_seconds) before it could prove an answer "
+        "optimal; constraints that narrow the search (bounds, immutable features), or maps "
+        "built with a larger budget, make it faster"
+    )
+
+
 def _first_radius(engine: SearchEngine, opts: QueryOptions) -> float:
     """The first bound of the deepening rounds (infinite: a single unbounded round)."""
     if opts.norm_code != L0 and engine.has_mixed:
@@ -468,18 +470,20 @@ _BATCH_MIN_ROWS = 2
 
 
 def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: QueryOptions,
-                 max_boxes: int, rids: np.ndarray, cats: np.ndarray) -> list[SearchOutput]:
+                 max_boxes: int, rids: np.ndarray, cats: np.ndarray, *,
+                 max_seconds: float = math.inf) -> list[SearchOutput]:
     """:func:`search` of every row of ``A`` (shape (n, m), validated), in order.
 
     With ``k = 1`` the searches run in one compiled call (:func:`_batch`); a row whose
     answer needs Python goes through :func:`search`: x itself (the target is its class),
     near-tie boxes the model must label, or no answer (the reason is worded there).
-    ``rids`` and ``cats`` are the rows' rectangles and categories, as for :func:`search`.
+    ``rids`` and ``cats`` are the rows' rectangles and categories, and ``max_boxes`` and
+    ``max_seconds`` each row's budgets, as for :func:`search`.
     """
     n = A.shape[0]
     if opts.k != 1 or n < _BATCH_MIN_ROWS:
-        return [search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i])
-                for i in range(n)]
+        return [search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i],
+                       max_seconds=max_seconds) for i in range(n)]
     A = np.ascontiguousarray(A, dtype=np.float64)
     pred = locate(engine, A, rids)
     cmins, cmaxs = opts.constraint_boxes(A)
@@ -498,10 +502,12 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
         (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds) = _batch(
             A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows], opts.weights,
             opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
-            engine.forest, engine.cells, engine.kernel, max_boxes, _first_radius(engine, opts),
-            DEEPEN_GROWTH, DEEPEN_ROUNDS)
+            engine.forest, engine.cells, engine.kernel, max_boxes, max_seconds,
+            _first_radius(engine, opts), DEEPEN_GROWTH, DEEPEN_ROUNDS)
         if (status == OUT_OF_BUDGET).any():
             raise _out_of_budget(max_boxes)
+        if (status == LATE).any():
+            raise _out_of_time(max_seconds)
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
             if status[r] != ANSWERED:
@@ -514,27 +520,31 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
                              counterfactual_distance=float(cfd[r]), lower=LO[r], upper=HI[r],
                              lower_closed=LC[r], upper_closed=UC[r], target=int(lab[r]))])
     return [out if out is not None
-            else search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i])
+            else search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i],
+                        max_seconds=max_seconds)
             for i, out in enumerate(outs)]
 
 
 def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-           max_boxes: int, rid: int, xcat: np.ndarray) -> SearchOutput:
+           max_boxes: int, rid: int, xcat: np.ndarray, *,
+           max_seconds: float = math.inf) -> SearchOutput:
     """Run one query (``x`` already validated, shape (m,)); at most ``max_boxes`` boxes of
-    mixed regions are popped (:class:`BudgetExceededError` beyond).
+    mixed regions are popped, for at most about ``max_seconds`` (the clock is read every
+    :data:`~maps_core.lazy.CLOCK_EVERY` boxes), else :class:`BudgetExceededError`.
 
     ``rid`` is x's rectangle (:func:`locate_rect`) and ``xcat`` x's category per one-hot
     group (:func:`~maps_core.options.categories`): the caller finds both for a whole batch
     at once, since each is a compiled call whose dispatch costs a few microseconds, a few
     percent of a query on the paper's maps."""
     t0 = time.perf_counter()
-    out = _search(engine, x, t_idx, opts, max_boxes, rid, xcat)
+    out = _search(engine, x, t_idx, opts, max_boxes, t0 + max_seconds, max_seconds, rid, xcat)
     out.seconds = time.perf_counter() - t0
     return out
 
 
 def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-            max_boxes: int, rid: int, xcat: np.ndarray) -> SearchOutput:
+            max_boxes: int, deadline: float, max_seconds: float, rid: int,
+            xcat: np.ndarray) -> SearchOutput:
     part = engine.partition
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
@@ -552,10 +562,12 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
     q = Query(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin,
               cmax, g.integral, tmask, opts.k, *opts.group_args(x, xcat))
     radius = _first_radius(engine, opts)
-    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, complete = best_first(
+    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, done = best_first(
         q, engine.forest, engine.cells, engine.kernel, max_boxes, radius, DEEPEN_GROWTH,
-        DEEPEN_ROUNDS)
-    if not complete:
+        DEEPEN_ROUNDS, deadline)
+    if done == OUT_OF_TIME:
+        raise _out_of_time(max_seconds)
+    if done != COMPLETE:
         raise _out_of_budget(max_boxes)
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = engine.classify(g.cell_points((t_lo + t_hi) // 2))

@@ -139,7 +139,8 @@ def _predict(model: Any, X: np.ndarray, single: bool) -> tuple[np.ndarray, np.nd
 
 def _limits(settings: Any) -> QueryLimits:
     return QueryLimits(settings.max_batch, settings.max_k, settings.default_norm,
-                       settings.map_max_side, settings.query_max_boxes)
+                       settings.map_max_side, settings.query_max_boxes,
+                       settings.query_max_seconds)
 
 
 _PNG: dict[int | str, dict[str, Any]] = {

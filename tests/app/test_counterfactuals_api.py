@@ -257,3 +257,21 @@ def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:
                 assert r.status_code == 200
                 assert r.json()["counterfactual_distance"] == want["counterfactual_distance"]
         assert refused > 0
+
+
+def test_query_time_budget_setting(service_factory: Any, rf: Fitted) -> None:
+    """CFMAPS_QUERY_MAX_SECONDS bounds the mixed-region search of each instance: with no
+    time at all, a query on maps a build left mixed regions in is a 422 budget_exceeded
+    naming the limit; on the default (30 s) the same query answers."""
+    x = rf.X[0].tolist()
+    with service_factory(build_max_rectangles=20, query_max_seconds=1e-9) as svc:
+        mid = svc.add(rf.skops)
+        r = svc.client.post(f"/v1/models/{mid}/counterfactuals", json={"instance": x})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"] == "budget_exceeded"
+        assert "max_seconds" in r.json()["message"]
+    with service_factory(build_max_rectangles=20) as svc:
+        assert svc.settings.query_max_seconds == 30.0
+        mid = svc.add(rf.skops)
+        r = svc.client.post(f"/v1/models/{mid}/counterfactuals", json={"instance": x})
+        assert r.status_code == 200, r.text

@@ -175,6 +175,48 @@ def test_query_budget_must_be_a_positive_integer(budgeted, bad):
     assert exc.value.field == "max_boxes"
 
 
+def test_query_time_budget_in_mixed_regions(budgeted):
+    """``max_seconds`` bounds each instance's search of mixed regions: with no time at all
+    every search that has a mixed region to look at fails with BudgetExceededError naming
+    the budget, one by one and in a batch; with time to spare, the answers are those
+    without the limit."""
+    model, X, _, part = budgeted
+    free = part.counterfactuals(X[:25], norm="l2")
+    assert any(r.stats.regions_refined > 0 for r in free)
+    for x in X[:5]:
+        with pytest.raises(BudgetExceededError, match="max_seconds") as exc:
+            part.counterfactual(x, norm="l2", max_seconds=1e-9)
+        assert "1e-09 s" in str(exc.value)
+    with pytest.raises(BudgetExceededError, match="max_seconds"):
+        part.counterfactuals(X[:25], norm="l2", max_seconds=1e-9)
+    timed = part.counterfactuals(X[:25], norm="l2", max_seconds=600.0)
+    for a, b in zip(timed, free, strict=True):
+        assert a.best.distance == b.best.distance
+        assert a.stats.regions_refined == b.stats.regions_refined
+
+
+def test_a_long_search_stops_at_its_time_budget():
+    """A search running well past ``max_seconds`` stops (the clock is read between boxes
+    as well as between deepening rounds) and fails with BudgetExceededError."""
+    X, y = synthetic(2, 8, 7)
+    model = RandomForestClassifier(n_estimators=60, max_depth=7, random_state=0).fit(X, y)
+    part = CounterfactualMaps.build(model, max_rectangles=5)
+    free = part.counterfactuals(X[:40], norm="l1")
+    slow = max(range(40), key=lambda i: free[i].stats.seconds)
+    seconds = free[slow].stats.seconds
+    assert free[slow].stats.regions_refined > 1000, "the test needs a long search"
+    with pytest.raises(BudgetExceededError, match="max_seconds"):
+        part.counterfactual(X[slow], norm="l1", max_seconds=seconds / 20)
+
+
+@pytest.mark.parametrize("bad", [0, -1.5, float("nan"), True, "10"])
+def test_query_time_budget_must_be_a_positive_number(budgeted, bad):
+    _, X, _, part = budgeted
+    with pytest.raises(InvalidQueryError, match="max_seconds") as exc:
+        part.counterfactual(X[0], max_seconds=bad)
+    assert exc.value.field == "max_seconds"
+
+
 def test_k_best_with_mixed_regions_are_distinct_and_exact(built, deepening):
     """A mixed region is indexed under every class: with the target omitted (several
     target classes) it is met more than once, yet it must be searched once, and the k
