@@ -178,13 +178,15 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
 
 
 @njit(cache=True, nogil=True)
-def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, deadline):
+def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
     ``kern`` the ensemble's :class:`~maps_core.partition.Kernel`.
     ``max_pops`` bounds the mixed-region boxes of the whole query, all rounds together, and
-    ``deadline`` (a :func:`clock` reading; ``inf`` for none) its time.
+    ``max_seconds`` (``inf`` for none) its time, counted from here: not from the caller,
+    whose first call compiles this function (tens of seconds on a new machine, which
+    made the first query of a new service fail its 30 s budget).
     Iterative deepening: rounds bounded by ``radius`` (a distance; ``inf`` for a single
     unbounded round), grown by ``growth`` until a round finds the k best (each round is
     exact below its bound), the radius covers every point the constraints allow, or
@@ -206,6 +208,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, deadline):
     kd_pops = 0
     evaluated = 0
     pops = 0
+    deadline = clock() + max_seconds if max_seconds < np.inf else np.inf
     cap = np.inf  # the k-th nearest certified target rectangle, once a round has failed
     for rnd in range(max_rounds + 1):
         if rnd == max_rounds or radius >= far:

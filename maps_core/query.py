@@ -256,7 +256,7 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
         q = Query(X[i], w, norm, cmins[i], cmaxs[i], integral, tmasks[i], 1, gcol, gstart,
                   gcols, gcost, xcats[i])
         c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done = best_first(
-            q, fo, ce, kern, max_pops, radius, growth, max_rounds, t0 + max_seconds)
+            q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds)
         counters[i, 0] = kp
         counters[i, 1] = ev
         counters[i, 2] = po
@@ -537,14 +537,13 @@ def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOp
     at once, since each is a compiled call whose dispatch costs a few microseconds, a few
     percent of a query on the paper's maps."""
     t0 = time.perf_counter()
-    out = _search(engine, x, t_idx, opts, max_boxes, t0 + max_seconds, max_seconds, rid, xcat)
+    out = _search(engine, x, t_idx, opts, max_boxes, max_seconds, rid, xcat)
     out.seconds = time.perf_counter() - t0
     return out
 
 
 def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-            max_boxes: int, deadline: float, max_seconds: float, rid: int,
-            xcat: np.ndarray) -> SearchOutput:
+            max_boxes: int, max_seconds: float, rid: int, xcat: np.ndarray) -> SearchOutput:
     part = engine.partition
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
@@ -564,7 +563,7 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
     radius = _first_radius(engine, opts)
     c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, done = best_first(
         q, engine.forest, engine.cells, engine.kernel, max_boxes, radius, DEEPEN_GROWTH,
-        DEEPEN_ROUNDS, deadline)
+        DEEPEN_ROUNDS, max_seconds)
     if done == OUT_OF_TIME:
         raise _out_of_time(max_seconds)
     if done != COMPLETE:
