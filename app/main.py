@@ -23,6 +23,8 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from maps_core.warmup import warm_up
+
 from . import errors
 from .builds import BuildManager
 from .errors import error_body
@@ -172,7 +174,11 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def _load_pending(registry: Registry, freeze: bool) -> None:
+def _load_pending(registry: Registry, freeze: bool, warm: bool) -> None:
+    if warm:
+        # before readiness: a new process compiles the query kernels here (or loads
+        # numba's cache, about a second), not in its first request
+        log.info("query kernels ready in %.1f s", warm_up())
     registry.load_pending()
     if freeze:
         _freeze_heap()  # the loaded models too
@@ -188,7 +194,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     Notes
     -----
-    At start-up (lifespan) the data dir is scanned synchronously, then the ready models are
+    At start-up (lifespan) the data dir is scanned synchronously, then the query kernels are
+    compiled (:func:`maps_core.warmup.warm_up`, ``CFMAPS_WARM_UP``) and the ready models are
     loaded in a background thread: ``/healthz`` answers at once, ``/readyz`` turns 200 when
     loading is done. Builds that were queued or running when the service stopped (no
     process holds their build lock), and models whose maps are of an older format, are
@@ -216,7 +223,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry.open()
         if settings.gc_freeze:
             _freeze_heap()
-        loader = threading.Thread(target=_load_pending, args=(registry, settings.gc_freeze),
+        warm = settings.warm_up and settings.role != "builder"
+        loader = threading.Thread(target=_load_pending,
+                                  args=(registry, settings.gc_freeze, warm),
                                   name="cfmaps-load", daemon=True)
         loader.start()
         stop = threading.Event()

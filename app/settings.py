@@ -123,6 +123,11 @@ class Settings(BaseSettings):
         At start and once the stored models are loaded, hide the objects alive then from
         Python's cyclic garbage collector (:func:`gc.freeze`): a full collection otherwise
         scans ~190k long-lived objects, 0.1-0.2 s that a request now and then waits for.
+    warm_up : bool
+        Compile the query kernels before reporting ready (``/readyz``), on tiny maps
+        (:func:`maps_core.warmup.warm_up`; not in the ``builder`` role). A new machine
+        compiles for about a minute, later starts load numba's cache in about a second;
+        without it the first query of each process waits that long.
     rate_limit_per_minute : int or None
         Answers (counterfactuals times ``k``, predictions) one client (bearer token, else
         address) may ask the query routes for per minute, per process; unset: no limit
@@ -157,6 +162,7 @@ class Settings(BaseSettings):
     sync_interval_seconds: float = Field(default=0.5, gt=0)
     rate_limit_per_minute: int | None = Field(default=None, gt=0)
     gc_freeze: bool = True
+    warm_up: bool = True
 
     @field_validator("api_tokens", mode="before")
     @classmethod

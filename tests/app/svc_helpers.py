@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import skops.io as sio
 import uvicorn
@@ -86,7 +87,7 @@ def wait_ready(client: TestClient) -> dict[str, Any]:
         out.update(r.json())
         return r.status_code == 200
 
-    wait_until(ok)
+    wait_until(ok, timeout=300)  # a fresh checkout compiles the query kernels first
     return out
 
 
@@ -198,8 +199,14 @@ def serve_uvicorn(settings: Settings) -> Iterator[tuple[str, Any]]:
     while not srv.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
+    base = f"http://127.0.0.1:{srv.config.port}"
+    # ready = the query kernels compiled (a minute on a fresh checkout) and models loaded
+    deadline = time.monotonic() + 300
+    while httpx.get(f"{base}/readyz", timeout=10).status_code != 200:
+        assert thread.is_alive() and time.monotonic() < deadline, "the app did not get ready"
+        time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{srv.config.port}", app
+        yield base, app
     finally:
         srv.should_exit = True
         thread.join(timeout=30)
