@@ -177,8 +177,13 @@ def _freeze_heap() -> None:
 def _load_pending(registry: Registry, freeze: bool, warm: bool) -> None:
     if warm:
         # before readiness: a new process compiles the query kernels here (or loads
-        # numba's cache, about a second), not in its first request
-        log.info("query kernels ready in %.1f s", warm_up())
+        # numba's cache, about a second), not in its first request. A failure (no writable
+        # temporary directory, say) only costs that: the models load all the same.
+        try:
+            log.info("query kernels ready in %.1f s", warm_up())
+        except Exception:
+            log.warning("warm-up failed; the first query will compile the kernels",
+                        exc_info=True)
     registry.load_pending()
     if freeze:
         _freeze_heap()  # the loaded models too

@@ -109,3 +109,23 @@ def test_openapi_documents_the_routes(service: Any) -> None:
     cf = paths["/v1/models/{model_id}/counterfactuals"]["post"]
     assert {"404", "409", "413", "422"} <= set(cf["responses"])
     assert "CounterfactualRequest" in doc["components"]["schemas"]
+
+
+def test_a_failed_warm_up_does_not_keep_the_service_from_ready(
+    service_factory: Any, rf: Fitted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start-up warm-up only saves the first query its compile time: when it fails,
+    the service still loads its models, reports ready and answers."""
+    import app.main
+
+    def broken() -> float:
+        raise OSError("no writable temporary directory")
+
+    with service_factory() as svc:
+        mid = svc.add(rf.skops)
+    monkeypatch.setattr(app.main, "warm_up", broken)
+    with service_factory() as svc:  # same data dir: the model is loaded at start
+        assert svc.client.get("/readyz").status_code == 200
+        r = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                            json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 200, r.text
