@@ -504,9 +504,14 @@ class FeatureCodec:
 
     def region(self, region: Any) -> dict[str, dict[str, Any]]:
         """A :class:`maps_core.Region` as an object keyed by feature name."""
-        lo, hi = self._values(region.lower), self._values(region.upper)
-        lc = np.asarray(region.lower_closed, dtype=bool).tolist()
-        uc = np.asarray(region.upper_closed, dtype=bool).tolist()
+        return self.region_of(self._values(region.lower), self._values(region.upper),
+                              np.asarray(region.lower_closed, dtype=bool).tolist(),
+                              np.asarray(region.upper_closed, dtype=bool).tolist())
+
+    def region_of(self, lo: list[Any], hi: list[Any], lc: list[bool],
+                  uc: list[bool]) -> dict[str, dict[str, Any]]:
+        """The region object from its ends already converted (:meth:`_values`, :meth:`rows`)
+        and its closed flags, per feature."""
         return {
             n: {"lower": a, "upper": b, "lower_closed": c, "upper_closed": d}
             for n, a, b, c, d in zip(self.names, lo, hi, lc, uc, strict=True)
@@ -554,26 +559,42 @@ def results_json(
     diff = (Q != P).tolist()
     names = codec.names
     for r, i in enumerate(rows):
-        res, cf = results[i], best[r]
         q, p = qv[r], pv[r]
-        out[i] = {
-            "prediction": display(res.prediction),
-            "target": display(res.target),
-            "feasible": True,
-            "reason": None,
-            "counterfactual": dict(zip(names, p, strict=True)),
-            "changes": {names[j]: {"from": q[j], "to": p[j]}
-                        for j, d in enumerate(diff[r]) if d},
-            "distance": json_float(cf.distance),
-            "counterfactual_distance": json_float(cf.counterfactual_distance),
-            "region": {
-                n: {"lower": a, "upper": b, "lower_closed": c, "upper_closed": d}
-                for n, a, b, c, d in zip(names, lo[r], hi[r], lc[r], uc[r], strict=True)
-            },
-            "optimal": True,
-            "stats": res.stats.to_dict(),
-        }
+        out[i] = _answer_json(results[i], display, _counterfactual_json(
+            best[r], dict(zip(names, p, strict=True)),
+            {names[j]: {"from": q[j], "to": p[j]} for j, d in enumerate(diff[r]) if d},
+            codec.region_of(lo[r], hi[r], lc[r], uc[r])))
     return out  # type: ignore[return-value]
+
+
+def _counterfactual_json(cf: Counterfactual, point: dict[str, Any], changes: dict[str, Any],
+                         region: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one counterfactual, its point, changes and region already converted."""
+    return {
+        "counterfactual": point,
+        "changes": changes,
+        "distance": json_float(cf.distance),
+        "counterfactual_distance": json_float(cf.counterfactual_distance),
+        "region": region,
+    }
+
+
+_NO_COUNTERFACTUAL = dict.fromkeys(
+    ("counterfactual", "changes", "distance", "counterfactual_distance", "region"))
+
+
+def _answer_json(res: CounterfactualResult, display: Callable[[Any], Any],
+                 best: dict[str, Any] | None) -> dict[str, Any]:
+    """One answer's object around the fields of its best counterfactual (None: infeasible)."""
+    return {
+        "prediction": display(res.prediction),
+        "target": display(res.target),
+        "feasible": bool(res.feasible),
+        "reason": res.explain(display),
+        **(_NO_COUNTERFACTUAL if best is None else best),
+        "optimal": True,  # the engine certifies its answer, "infeasible" included
+        "stats": res.stats.to_dict(),
+    }
 
 
 def result_json(
@@ -594,27 +615,10 @@ def result_json(
 
     def one(cf: Counterfactual) -> dict[str, Any]:
         x = np.asarray(cf.x, dtype=np.float64)
-        return {
-            "counterfactual": codec.point(x),
-            "changes": codec.changes(q, x),
-            "distance": json_float(cf.distance),
-            "counterfactual_distance": json_float(cf.counterfactual_distance),
-            "region": codec.region(cf.region),
-        }
+        return _counterfactual_json(cf, codec.point(x), codec.changes(q, x),
+                                    codec.region(cf.region))
 
-    out: dict[str, Any] = {
-        "prediction": display(res.prediction),
-        "target": display(res.target),
-        "feasible": bool(res.feasible),
-        "reason": res.explain(display),
-    }
-    if res.best is not None:
-        out.update(one(res.best))
-    else:
-        out.update(counterfactual=None, changes=None, distance=None, counterfactual_distance=None,
-                   region=None)
-    out["optimal"] = True  # the engine certifies its answer, "infeasible" included
-    out["stats"] = res.stats.to_dict()
+    out = _answer_json(res, display, None if res.best is None else one(res.best))
     if k > 1:
         out["alternatives"] = [{"target": display(cf.target), **one(cf)} for cf in res.counterfactuals[1:]]
     return out
