@@ -65,6 +65,27 @@ def rule_flags(rule: str) -> tuple[bool, bool]:
         ) from None
 
 
+#: Largest finite float32, as a float64: a float32 view turns anything beyond it into inf.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def beyond_view(rule: str, X: np.ndarray) -> tuple[int, int] | None:
+    """First (row, column) of ``X`` (finite, shape (n, m)) that the rule's float32 view
+    cannot hold: its float32 cast is an infinity (beyond :data:`FLOAT32_MAX` by half a
+    float32 ulp or more; nearer values round to it). scikit-learn refuses such a value in
+    its own ``predict`` ("a value too large for dtype('float32')"). ``None`` when every
+    value fits, or when the rule reads float64.
+    """
+    if not rule_flags(rule)[0]:
+        return None
+    with np.errstate(over="ignore"):  # the overflow is what is looked for
+        bad = np.isinf(np.asarray(X, dtype=np.float64).astype(np.float32))
+    if not bad.any():
+        return None
+    i, j = np.argwhere(bad)[0]
+    return int(i), int(j)
+
+
 def floor32(t: np.ndarray) -> np.ndarray:
     """Largest float32 values ``<= t`` (elementwise), returned as float64."""
     t = np.asarray(t, dtype=np.float64)
@@ -171,9 +192,11 @@ def next_down(v, view32):
 
 __all__ = [
     "FLOAT32_LE",
+    "FLOAT32_MAX",
     "FLOAT32_LT",
     "FLOAT64_LE",
     "SPLIT_RULES",
+    "beyond_view",
     "canonical_thresholds",
     "floor32",
     "model_view",

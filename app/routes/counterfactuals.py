@@ -9,6 +9,8 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
+from maps_core.splits import FLOAT32_MAX, beyond_view
+
 from ..dataplane import QueryLimits, counterfactual_answer, map_picture, runs_inline
 from ..errors import InvalidInputError
 from ..responses import SafeJSONResponse as JSONResponse
@@ -105,7 +107,7 @@ async def predict(
     entry = await model_entry(registry, model_id, ready=True)
     charge(request, _count(body))
     X, single = entry.codec.matrix(body, settings.max_batch)
-    labels, proba = await in_thread(_predict, entry.model, X, single)
+    labels, proba = await in_thread(_predict, entry, X, single)
     names = [str(c) for c in entry.classes]
     out = [
         {
@@ -122,19 +124,24 @@ def _count(body: PredictRequest | CounterfactualRequest) -> int:
     return len(body.instances) if body.instances is not None else 1
 
 
-def _predict(model: Any, X: np.ndarray, single: bool) -> tuple[np.ndarray, np.ndarray]:
+def _predict(entry: Any, X: np.ndarray, single: bool) -> tuple[np.ndarray, np.ndarray]:
     """The library's own labels and probabilities for validated rows (finite, right width).
 
-    A ValueError here is the library's own input check refusing them: scikit-learn's
-    float32 estimators refuse values beyond the float32 range (about 3.4e38), which JSON
-    can carry. The answer relays the refusal as a 422, since the model has no decision to
-    report there.
+    Libraries that read features as float32 (scikit-learn's forests and boosting, XGBoost)
+    refuse values beyond the float32 range (about 3.4e38), which JSON can carry: such a row
+    is refused here, naming the value, before the model sees it. Any other exception from
+    the model is a defect, not the client's input, and is left to the 500 handler.
     """
-    try:
-        return model.predict(X), model.predict_proba(X)
-    except ValueError as exc:
-        field = "instance" if single else "instances"
-        raise InvalidInputError(f"the model refuses this input: {exc}", field) from None
+    out = beyond_view(entry.maps.ensemble.split_rule, X)
+    if out is not None:
+        i, j = out
+        field = entry.codec.names[j] if single else f"{i}.{entry.codec.names[j]}"
+        raise InvalidInputError(
+            f"the model reads features as float32 and refuses {float(X[i, j])!r} for "
+            f"{entry.codec.names[j]!r} (beyond +-{FLOAT32_MAX:.8g})",
+            f"instance.{field}" if single else f"instances.{field}",
+        )
+    return entry.model.predict(X), entry.model.predict_proba(X)
 
 
 def _limits(settings: Any) -> QueryLimits:

@@ -139,15 +139,16 @@ def test_values_beyond_float32_are_refused_by_predict_with_the_reason(
     strict_service: Any,
 ) -> None:
     # JSON carries 1.8e308, scikit-learn's float32 forests refuse it in their own predict
-    # (it was a 500): the 422 relays the refusal. The counterfactual route answers from the
+    # (it was a 500): the 422 names the value. The counterfactual route answers from the
     # maps, which place such a value beyond every split, where float32 rounding puts it.
     svc, model_id = strict_service
-    huge = [1.7976931348623157e308, 0.2, -3.4e39, 0.4, 0.5]
-    for body, field in [({"instance": huge}, "instance"), ({"instances": [GOOD, huge]},
-                                                           "instances")]:
+    huge = [0.1, 0.2, -3.4e39, 0.4, 1.7976931348623157e308]
+    for body, field in [({"instance": huge}, "instance.x2"),
+                        ({"instances": [GOOD, huge]}, "instances.1.x2")]:
         r = svc.client.post(f"/v1/models/{model_id}/predict", json=body)
         assert r.status_code == 422, r.text
-        assert r.json()["field"] == field and "refuses" in r.json()["message"], r.json()
+        assert r.json()["field"] == field, r.json()
+        assert "refuses -3.4e+39 for 'x2'" in r.json()["message"], r.json()
     r = svc.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": huge})
     assert r.status_code == 200, r.text
     capped = [3.4028234663852886e38, 0.2, -3.4028234663852886e38, 0.4, 0.5]

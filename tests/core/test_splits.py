@@ -15,7 +15,15 @@ import pytest
 from maps_core import CounterfactualMaps, FeatureSchema, UnsupportedModelError, flatten_model
 from maps_core.adapters import ADAPTERS, adapter_for, check_model
 from maps_core.grid import Grid
-from maps_core.splits import FLOAT32_LE, FLOAT32_LT, FLOAT64_LE, SPLIT_RULES, canonical_thresholds
+from maps_core.splits import (
+    FLOAT32_LE,
+    FLOAT32_LT,
+    FLOAT32_MAX,
+    FLOAT64_LE,
+    SPLIT_RULES,
+    beyond_view,
+    canonical_thresholds,
+)
 from tests.conftest import fit
 
 
@@ -108,6 +116,22 @@ def test_the_rules_differ_where_they_should(sklearn_ensemble):
     sizes = {r: Grid.from_ensemble(replace(ens, split_rule=r), FeatureSchema.default(3))
              for r in SPLIT_RULES}
     assert {g.view32 for g in sizes.values()} == {True, False}
+
+
+@pytest.mark.parametrize("rule", [FLOAT32_LE, FLOAT32_LT])
+def test_values_a_float32_view_cannot_hold_are_found(rule):
+    X = np.zeros((3, 4))
+    assert beyond_view(rule, X) is None
+    X[2, 3] = FLOAT32_MAX  # the largest float32 itself fits,
+    X[0, 1] = -np.nextafter(FLOAT32_MAX, np.inf)  # and so does what rounds to it
+    assert beyond_view(rule, X) is None
+    half_ulp = 2.0 ** (127 - 24)  # from here on, the float32 cast overflows
+    X[2, 1] = FLOAT32_MAX + half_ulp
+    X[1, 2] = -1e39
+    assert beyond_view(rule, X) == (1, 2)  # the first in row order
+    X[1, 2] = np.nextafter(FLOAT32_MAX + half_ulp, 0.0)
+    assert beyond_view(rule, X) == (2, 1)
+    assert beyond_view(FLOAT64_LE, X) is None  # a float64 view holds every finite value
 
 
 def test_unknown_rule_is_refused(sklearn_ensemble):
