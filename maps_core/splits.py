@@ -192,8 +192,8 @@ def next_down(v, view32):
 
 __all__ = [
     "FLOAT32_LE",
-    "FLOAT32_MAX",
     "FLOAT32_LT",
+    "FLOAT32_MAX",
     "FLOAT64_LE",
     "SPLIT_RULES",
     "beyond_view",
