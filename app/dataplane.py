@@ -10,7 +10,9 @@ Validation happens once:
   groups, option names and bounds, class labels) and says which row and which field are
   at fault; this module only turns that into the request's path (``instances.3.AGE``).
 
-The only checks made here are the service's own limits (batch size, ``k``).
+The only checks made here are the service's own limits (batch size, ``k``), and, before
+``POST /v1/models/{id}/predict`` hands rows to the uploaded model itself
+(:func:`model_predictions`), the values its float32 view cannot hold.
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from maps_core import CounterfactualMaps, InvalidQueryError
 from maps_core.slices import map_slice
+from maps_core.splits import FLOAT32_MAX, beyond_view
 
 from .errors import InvalidInputError
 from .mapimage import class_colours, png_bytes, render
 from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, py_scalar, results_json
 
 __all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "counterfactual_answer", "map_picture",
-           "runs_inline"]
+           "model_predictions", "runs_inline"]
 
 #: Largest maps (certified rectangles, no mixed region) whose single-instance queries run
 #: on the event loop instead of a worker thread (:func:`runs_inline`).
@@ -79,8 +84,33 @@ def _request_path(exc: InvalidQueryError, single: bool) -> str | None:
     path (``weights.AGE``, ``target``)."""
     if exc.row is None:
         return exc.field
-    base = "instance" if single else f"instances.{exc.row}"
-    return f"{base}.{exc.field}" if exc.field and exc.field != "instance" else base
+    return _row_path(exc.field, exc.row, single)
+
+
+def _row_path(field: str | None, row: int, single: bool) -> str:
+    """``instance.<field>`` or ``instances.<row>.<field>`` (the row alone without a field)."""
+    base = "instance" if single else f"instances.{row}"
+    return f"{base}.{field}" if field and field != "instance" else base
+
+
+def model_predictions(model: Any, maps: CounterfactualMaps, codec: FeatureCodec, X: np.ndarray,
+                      single: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The model's own labels and probabilities for validated rows (finite, right width;
+    shape (n, m)), as ``POST /v1/models/{id}/predict`` reports them.
+
+    Libraries that read features as float32 (scikit-learn's forests and boosting, XGBoost)
+    refuse values beyond the float32 range (about 3.4e38), which JSON can carry: such a row
+    is refused here, naming the value, before the model sees it. Any other exception from
+    the model is a defect, not the client's input, and is left to the 500 handler.
+    """
+    out = beyond_view(maps.ensemble.split_rule, X)
+    if out is not None:
+        i, j = out
+        name = codec.names[j]
+        raise InvalidInputError(
+            f"the model reads features as float32 and refuses {float(X[i, j])!r} for "
+            f"{name!r} (beyond +-{FLOAT32_MAX:.8g})", _row_path(name, i, single))
+    return model.predict(X), model.predict_proba(X)
 
 
 def counterfactual_answer(

@@ -9,9 +9,13 @@ import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
-from maps_core.splits import FLOAT32_MAX, beyond_view
-
-from ..dataplane import QueryLimits, counterfactual_answer, map_picture, runs_inline
+from ..dataplane import (
+    QueryLimits,
+    counterfactual_answer,
+    map_picture,
+    model_predictions,
+    runs_inline,
+)
 from ..errors import InvalidInputError
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
@@ -107,7 +111,8 @@ async def predict(
     entry = await model_entry(registry, model_id, ready=True)
     charge(request, _count(body))
     X, single = entry.codec.matrix(body, settings.max_batch)
-    labels, proba = await in_thread(_predict, entry, X, single)
+    labels, proba = await in_thread(model_predictions, entry.model, entry.maps, entry.codec,
+                                   X, single)
     names = [str(c) for c in entry.classes]
     out = [
         {
@@ -122,26 +127,6 @@ async def predict(
 def _count(body: PredictRequest | CounterfactualRequest) -> int:
     """Instances a body asks about (the codec checks the batch limit afterwards)."""
     return len(body.instances) if body.instances is not None else 1
-
-
-def _predict(entry: Any, X: np.ndarray, single: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The library's own labels and probabilities for validated rows (finite, right width).
-
-    Libraries that read features as float32 (scikit-learn's forests and boosting, XGBoost)
-    refuse values beyond the float32 range (about 3.4e38), which JSON can carry: such a row
-    is refused here, naming the value, before the model sees it. Any other exception from
-    the model is a defect, not the client's input, and is left to the 500 handler.
-    """
-    out = beyond_view(entry.maps.ensemble.split_rule, X)
-    if out is not None:
-        i, j = out
-        field = entry.codec.names[j] if single else f"{i}.{entry.codec.names[j]}"
-        raise InvalidInputError(
-            f"the model reads features as float32 and refuses {float(X[i, j])!r} for "
-            f"{entry.codec.names[j]!r} (beyond +-{FLOAT32_MAX:.8g})",
-            f"instance.{field}" if single else f"instances.{field}",
-        )
-    return entry.model.predict(X), entry.model.predict_proba(X)
 
 
 def _limits(settings: Any) -> QueryLimits:
