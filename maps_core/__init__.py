@@ -14,6 +14,8 @@ Examples
 >>> res.best.x, res.best.distance, res.best.region         # doctest: +SKIP
 """
 
+# First: empties numba's cache of the kernels when any source changed (see _jitcache).
+from . import _jitcache  # noqa: F401  (must stay the first import)
 from ._memory import available_memory
 from ._norms import NORM_NAMES
 from .adapters import flatten_model
