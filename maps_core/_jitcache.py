@@ -21,8 +21,17 @@ from __future__ import annotations
 import hashlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import numba
+
+try:  # numba's own cache locators, in the order numba tries them (numba.core.caching)
+    from numba.core import caching as _caching
+
+    _LOCATORS: tuple[Any, ...] = (_caching.UserProvidedCacheLocator,
+                                  _caching.InTreeCacheLocator, _caching.UserWideCacheLocator)
+except (ImportError, AttributeError):  # another numba layout: the in-tree folders only
+    _LOCATORS = ()
 
 #: The package whose kernels are cached.
 PACKAGE = Path(__file__).resolve().parent
@@ -46,25 +55,20 @@ def cache_dirs(package: Path = PACKAGE) -> list[Path]:
     ``__pycache__``, else numba's per-user cache. Like numba, this creates the folder (so
     a cache compiled later, e.g. into a container image, is stamped from the start)."""
     modules = sorted({p.parent: p for p in package.rglob("*.py")}.items())
-    try:
-        from numba.core import caching
-
-        locators = (caching.UserProvidedCacheLocator, caching.InTreeCacheLocator,
-                    caching.UserWideCacheLocator)
-    except (ImportError, AttributeError):  # another numba layout: the in-tree folders
+    if not _LOCATORS:
         return [d / "__pycache__" for d, _ in modules if (d / "__pycache__").is_dir()]
-
-    def probe() -> None:  # the locators read only a function's first line number
-        pass
-
     dirs = []
     for _, py_file in modules:
-        for cls in locators:
-            loc = cls.from_function(probe, str(py_file))
+        for cls in _LOCATORS:
+            loc = cls.from_function(_probe, str(py_file))
             if loc is not None:
                 dirs.append(Path(loc.get_cache_path()))
                 break
     return dirs
+
+
+def _probe() -> None:
+    """A stand-in function for numba's locators, which read only its first line number."""
 
 
 def refresh(package: Path = PACKAGE) -> list[Path]:
