@@ -30,7 +30,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from maps_core import NORM_NAMES, CounterfactualMaps, FeatureSchema, MapsError, available_memory, load_csv
+from maps_core import NORM_NAMES, CounterfactualMaps, FeatureSchema, MapsError, load_csv
 
 from .progress import ProgressBar
 
@@ -206,7 +206,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             model,
             schema,
             max_rectangles=args.max_rectangles,
-            max_memory=args.max_memory if args.max_memory else available_memory() // 2,
+            max_memory=args.max_memory,  # None: the engine's default, half the memory
             max_seconds=args.max_seconds,
             progress=bar,
             n_jobs=args.jobs,

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from maps_core import available_memory
+from maps_core import default_build_memory
 
 MiB = 1024 * 1024
 
@@ -197,11 +197,11 @@ class Settings(BaseSettings):
         return self.data_dir / "models"
 
     def effective_build_memory(self) -> int:
-        """Bytes per build: the setting, else half the machine's (or container's) memory
-        shared by the concurrent builds."""
+        """Bytes per build: the setting, else the engine's default (half the machine's or
+        container's memory) shared by the concurrent builds."""
         if self.build_max_memory:
             return self.build_max_memory
-        return available_memory() // 2 // self.build_workers
+        return default_build_memory() // self.build_workers
 
     def effective_build_jobs(self) -> int:
         """Threads per build: the setting, else all cores but one (at least one)."""

@@ -32,7 +32,7 @@ from .exceptions import (
     SchemaError,
     UnsupportedModelError,
 )
-from .maps import CounterfactualMaps, build_maps, load_maps
+from .maps import CounterfactualMaps, build_maps, default_build_memory, load_maps
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import Feature, FeatureSchema
 
@@ -59,6 +59,7 @@ __all__ = [
     "UnsupportedModelError",
     "available_memory",
     "build_maps",
+    "default_build_memory",
     "flatten_model",
     "load_csv",
     "load_maps",

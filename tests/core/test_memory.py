@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from sklearn.ensemble import RandomForestClassifier
 
-from maps_core import BudgetExceededError, CounterfactualMaps, available_memory
+import maps_core.maps
+from maps_core import BudgetExceededError, CounterfactualMaps, available_memory, default_build_memory
 from maps_core._memory import (
     BYTES_PER_RECTANGLE,
     BYTES_PER_RECTANGLE_FEATURE,
@@ -78,6 +79,21 @@ def test_a_small_memory_budget_keeps_mixed_regions_and_exact_answers(forest) -> 
                         strict=True):
             assert a.best.distance == pytest.approx(b.best.distance, abs=1e-12)
             assert model.predict(a.best.x[None])[0] == a.target
+
+
+def test_a_build_given_no_budget_counts_on_half_the_memory(forest, monkeypatch) -> None:
+    """Without max_memory a build still has a memory budget: half of what the process may
+    count on (a 40x5 forest on 8 continuous features grew to 24 GB and was killed by the
+    OS before this default). Here that memory is made tiny, so the build stops early and
+    keeps mixed regions, with the same answers."""
+    model, X, full = forest
+    assert default_build_memory() == available_memory() // 2
+    monkeypatch.setattr(maps_core.maps, "available_memory", lambda: 2)  # a 1-byte budget
+    part = CounterfactualMaps.build(model)
+    assert part.stats.mixed_regions > 0
+    assert sum(part.stats.rectangles_per_class) <= MIN_RECTANGLES + 2_000
+    for a, b in zip(part.counterfactuals(X[:10]), full.counterfactuals(X[:10]), strict=True):
+        assert a.best.distance == pytest.approx(b.best.distance, abs=1e-12)
 
 
 def test_a_memory_budget_can_refuse_instead(forest) -> None:
