@@ -15,17 +15,16 @@ import warnings
 
 import numpy as np
 import pytest
+import treecf
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 
 from maps_core import CounterfactualMaps
 
-treecf = pytest.importorskip("treecf")  # in the test extra: CI always has it
-
 N_QUERIES = 12
 
 
-@pytest.fixture(scope="module", params=[(0, 20, 4, 6), (1, 40, 5, 8)], ids=["rf20x4", "rf40x5"])
+@pytest.fixture(scope="module", params=[(0, 20, 4, 6), (1, 30, 4, 5)], ids=["rf20x4", "rf30x4"])
 def forest(request):
     seed, trees, depth, m = request.param
     X, y = make_classification(n_samples=600, n_features=m, n_informative=4, n_redundant=0,
