@@ -12,8 +12,8 @@ imports this module first, and importing it runs the check), :func:`refresh` com
 fingerprint of every source file of the package (and the numba and Python versions) with
 the one stored beside the cache, and empties the cache when they differ. A fresh install
 writes every file anew, which numba's own check already catches; this covers the partial
-changes. Read-only or missing cache folders are left alone: numba then compiles in
-memory, which is always correct.
+changes. The folders are the ones numba itself would use, found with its own locators;
+where none is writable numba caches nothing, and there is nothing to check.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _probe() -> None:
 
 def refresh(package: Path = PACKAGE) -> list[Path]:
     """Empty every cache folder of ``package`` whose stored fingerprint is not the
-    sources' own (:func:`fingerprint`), then store it there. Returns the folders emptied.
+    sources' own (:func:`fingerprint`), then store it there. Returns those folders.
 
     A folder without a stamp (new, or a cache from before this check) counts as stale. Errors
     of the file system (read-only installs, a folder another process is emptying) are
