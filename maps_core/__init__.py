@@ -16,7 +16,7 @@ Examples
 
 # First: empties numba's cache of the kernels when any source changed (see _jitcache).
 from . import _jitcache  # noqa: F401  (must stay the first import)
-from ._memory import available_memory
+from ._memory import available_memory, default_build_memory
 from ._norms import NORM_NAMES
 from .adapters import flatten_model
 from .data import Dataset, load_csv, read_table
@@ -32,7 +32,7 @@ from .exceptions import (
     SchemaError,
     UnsupportedModelError,
 )
-from .maps import CounterfactualMaps, build_maps, default_build_memory, load_maps
+from .maps import CounterfactualMaps, build_maps, load_maps
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import Feature, FeatureSchema
 

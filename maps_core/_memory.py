@@ -30,6 +30,7 @@ __all__ = [
     "BYTES_PER_RECTANGLE",
     "BYTES_PER_RECTANGLE_FEATURE",
     "available_memory",
+    "default_build_memory",
     "rectangles_within",
 ]
 
@@ -73,3 +74,9 @@ def available_memory(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup") -> 
     physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     limit = _cgroup_limit(Path(cgroup_root))
     return min(physical, limit) if limit is not None else physical
+
+
+def default_build_memory() -> int:
+    """The memory budget of a build given none (bytes): half of :func:`available_memory`,
+    the service's own default for one build at a time (``CFMAPS_BUILD_MAX_MEMORY``)."""
+    return available_memory() // 2

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._memory import available_memory
+from ._memory import default_build_memory
 from .adapters import flatten_model
 from .engine import SearchEngine
 from .ensemble import FlatEnsemble
@@ -113,7 +113,7 @@ class CounterfactualMaps:
             measured cost per rectangle on this many features would pass the budget (see
             :mod:`maps_core._memory`), so a build is never killed for memory: it keeps
             mixed regions or raises, as ``on_budget`` says. Default: half the memory this
-            process may count on (:func:`available_memory`: the machine's, or its
+            process may count on (:func:`~maps_core.available_memory`: the machine's, or its
             container's cgroup limit when smaller). Without it a build that no other
             budget stops grows until the OS kills the process (a 40-tree forest of depth
             5 on 8 continuous features: 24 GB within two minutes).
@@ -400,12 +400,6 @@ def _model_labeler(model: Any, ens: FlatEnsemble) -> Callable[[np.ndarray], np.n
     return label
 
 
-def default_build_memory() -> int:
-    """The memory budget of a build given none (bytes): half of :func:`available_memory`,
-    the service's own default for one build at a time (``CFMAPS_BUILD_MAX_MEMORY``)."""
-    return available_memory() // 2
-
-
 def build_maps(model: Any, schema: FeatureSchema | None = None, **kwargs: Any) -> CounterfactualMaps:
     """Shortcut for :meth:`CounterfactualMaps.build`."""
     return CounterfactualMaps.build(model, schema, **kwargs)
@@ -416,5 +410,4 @@ def load_maps(path: str | os.PathLike[str], *, mmap: bool = True) -> Counterfact
     return CounterfactualMaps.load(path, mmap=mmap)
 
 
-__all__ = ["CounterfactualMaps", "ProgressCallback", "build_maps", "default_build_memory",
-           "load_maps"]
+__all__ = ["CounterfactualMaps", "ProgressCallback", "build_maps", "load_maps"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.ensemble import RandomForestClassifier
 
-import maps_core.maps
+import maps_core._memory
 from maps_core import BudgetExceededError, CounterfactualMaps, available_memory, default_build_memory
 from maps_core._memory import (
     BYTES_PER_RECTANGLE,
@@ -88,7 +88,7 @@ def test_a_build_given_no_budget_counts_on_half_the_memory(forest, monkeypatch) 
     keeps mixed regions, with the same answers."""
     model, X, full = forest
     assert default_build_memory() == available_memory() // 2
-    monkeypatch.setattr(maps_core.maps, "available_memory", lambda: 2)  # a 1-byte budget
+    monkeypatch.setattr(maps_core._memory, "available_memory", lambda: 2)  # a 1-byte budget
     part = CounterfactualMaps.build(model)
     assert part.stats.mixed_regions > 0
     assert sum(part.stats.rectangles_per_class) <= MIN_RECTANGLES + 2_000
