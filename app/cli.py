@@ -277,7 +277,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
-QUERY_OPTIONS = ("weights", "immutable", "direction", "bounds", "group_costs")
+QUERY_OPTIONS = ("weights", "immutable", "direction", "bounds", "group_costs", "max_seconds",
+                 "on_budget")
 
 
 def _parse_options(text: str | None) -> dict[str, Any]:
@@ -429,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help='constraints as in the HTTP body, e.g. \'{"immutable": ["age"], "direction": '
         '{"income": "increase"}, "bounds": {"debt": [0, 5000]}, "group_costs": {"job": 2}}\' '
-        "(@FILE reads a file)",
+        'and the time limit, e.g. \'{"max_seconds": 0.05, "on_budget": "best"}\' (@FILE reads '
+        "a file)",
     )
     q.add_argument("--k", type=int, default=1, metavar="K", help="number of counterfactuals")
     q.add_argument("--pretty", action="store_true", help="indent the JSON")

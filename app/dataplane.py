@@ -154,6 +154,13 @@ def counterfactual_answer(
     if body.k > limits.max_k:
         raise InvalidInputError(f"k must be at most {limits.max_k}", "k")
     target = body.target if resolve_target is None else resolve_target(body.target)
+    max_seconds = limits.max_seconds
+    if body.max_seconds is not None:
+        if max_seconds is not None and body.max_seconds > max_seconds:
+            raise InvalidInputError(
+                f"max_seconds must be at most {max_seconds:g} (this service's limit)",
+                "max_seconds")
+        max_seconds = body.max_seconds
     try:
         results = maps.counterfactuals(
             X,
@@ -166,7 +173,8 @@ def counterfactual_answer(
             k=body.k,
             group_costs=body.group_costs,
             max_boxes=limits.max_boxes,
-            max_seconds=limits.max_seconds,
+            max_seconds=max_seconds,
+            on_budget=body.on_budget,
         )
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, single)

@@ -222,6 +222,18 @@ class CounterfactualRequest(_InstancesRequest):
         description="Cost of switching category, by one-hot group name (default: the "
         "largest weight declared on the group's columns, else 1).",
     )
+    max_seconds: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = Field(
+        default=None,
+        description="Most seconds one instance's search may take (at most the service's "
+        "own limit, which applies when omitted). What happens beyond it: `on_budget`.",
+    )
+    on_budget: Literal["error", "best"] = Field(
+        default="error",
+        description="A search out of its time or box budget: `error` answers 422 "
+        "`budget_exceeded` (every answer certified optimal); `best` answers with the "
+        "nearest counterfactual the search found, valid but perhaps not the nearest: "
+        "`optimal` false and `lower_bound` a certified lower bound of the optimal distance.",
+    )
 
 
 class MapRequest(_Strict):
@@ -302,10 +314,16 @@ class CounterfactualOut(BaseModel):
     reason: str | None
     counterfactual: dict[str, float | int] | None
     changes: dict[str, Change] | None
-    distance: float | None = Field(description="Certified optimal distance.")
+    distance: float | None = Field(
+        description="Certified optimal distance (when `optimal`; else the distance to "
+        "`region`, the best the search found within its budget).")
     counterfactual_distance: float | None
     region: dict[str, Interval] | None
-    optimal: bool
+    optimal: bool = Field(description="Whether `distance` is certified optimal: false only "
+                          "for an answer under `on_budget: best` whose search ran out first.")
+    lower_bound: float | None = Field(
+        description="Certified lower bound of the optimal distance: `distance` when "
+        "`optimal`; null when infeasible.")
     stats: QueryStatsOut
     alternatives: list[AlternativeOut] | None = None
 
@@ -592,7 +610,8 @@ def _answer_json(res: CounterfactualResult, display: Callable[[Any], Any],
         "feasible": bool(res.feasible),
         "reason": res.explain(display),
         **(_NO_COUNTERFACTUAL if best is None else best),
-        "optimal": True,  # the engine certifies its answer, "infeasible" included
+        "optimal": bool(res.optimal),  # "infeasible" is certified too
+        "lower_bound": None if res.lower_bound is None else json_float(res.lower_bound),
         "stats": res.stats.to_dict(),
     }
 
@@ -607,7 +626,7 @@ def result_json(
     ``counterfactual`` (by feature name), ``changes`` (changed features only, each
     ``{"from", "to"}``), ``distance`` (certified optimum), ``counterfactual_distance``,
     ``region`` (per feature ``lower``, ``upper``, ``lower_closed``, ``upper_closed``; null for
-    an unbounded end), ``optimal``, ``stats``, and ``alternatives`` (the next-best
+    an unbounded end), ``optimal``, ``lower_bound``, ``stats``, and ``alternatives`` (the next-best
     counterfactuals, from distinct regions) when ``k > 1``. Classes are shown as
     ``display(label)`` (the service's display names; plain values by default).
     """

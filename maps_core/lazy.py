@@ -63,6 +63,7 @@ from ._bounds import (
     sweep_workspace,
 )
 from ._heap import grow, is_kd, kd_entry, kd_node, kd_owner, pop, push, slot
+from ._incumbent import with_polished
 from ._norms import L0, L1, L2, LINF, accumulate_radius, fold
 from .distance import NO_NRT, box_dist, rect_dist
 
@@ -178,7 +179,7 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
 
 
 @njit(cache=True, nogil=True)
-def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds):
+def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds, keep_best):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
@@ -192,8 +193,21 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
     exact below its bound), the radius covers every point the constraints allow, or
     ``max_rounds`` rounds failed (then one unbounded round). Each round is
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
-    rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status),
-    ``status`` one of :data:`COMPLETE`, :data:`OUT_OF_BOXES`, :data:`OUT_OF_TIME`.
+    rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
+    i_lo, i_hi, i_lab, i_d, low), ``status`` one of :data:`COMPLETE`, :data:`OUT_OF_BOXES`,
+    :data:`OUT_OF_TIME`.
+
+    A search that stops early (``status`` not :data:`COMPLETE`) also returns what it
+    holds: incumbents ``i_*`` (certified target boxes it met but could not yet prove
+    nearest: the sweep probe's cell, the cap's nearest certified rectangles, the
+    candidates of the last round that completed; shapes (n_i, m) and (n_i,)) besides the
+    candidates of the stopped round, and ``low``, a lower bound of the nearest target
+    point's distance (accumulated form): every target point nearer than a completed
+    round's bound, or than the least key in a stopped round's queue, is among that round's
+    candidates or near-ties. A complete search returns no incumbent. With ``keep_best``, a
+    search that stops having met no target box at all first looks for the nearest
+    certified target rectangles (a KD descent that skips mixed regions, not timed: its
+    cost is bounded by the maps' size), so that a caller taking the best found has one.
     """
     # Flat from here on: _bounded_search and its loop take every array as an argument
     # (borrowed: no reference counting; reading namedtuple fields in the loop cost FI
@@ -210,6 +224,14 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
     pops = 0
     deadline = clock() + max_seconds if max_seconds < np.inf else np.inf
     cap = np.inf  # the k-th nearest certified target rectangle, once a round has failed
+    # the nearest certified target rectangles (cap search), incumbents if the search stops
+    e_lo = np.empty((0, q.x.shape[0]), dtype=np.int32)
+    e_lab = np.empty(0, dtype=np.int64)
+    e_d = np.empty(0)
+    u_lo, u_hi, u_lab, u_d = e_lo, e_lo, e_lab, e_d
+    proven = 0.0  # no target point is nearer (from the rounds that completed)
+    r_lo, r_hi, r_lab, r_d = u_lo, u_hi, u_lab, u_d  # the last completed round's candidates
+    have_cap = False
     for rnd in range(max_rounds + 1):
         if rnd == max_rounds or radius >= far:
             radius = np.inf
@@ -217,7 +239,8 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
         capped = bound >= cap
         if capped:
             bound = cap
-        c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, status = _bounded_search(
+        (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, status, i_lo, i_hi, i_lab, i_d,
+         low) = _bounded_search(
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
             coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
@@ -225,8 +248,39 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
         kd_pops += kp
         evaluated += ev
         pops += po
-        if status != COMPLETE or c_d.shape[0] >= q.k or radius == np.inf or capped:
-            return c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status
+        # Every target point nearer than the round's bound (complete) or its queue's least
+        # key (stopped) is among its candidates or near-ties.
+        low = min(low if status != COMPLETE else bound, _least(c_d), _least(t_d))
+        if (status != COMPLETE and keep_best and not have_cap
+                and c_d.shape[0] + i_d.shape[0] + r_d.shape[0] == 0):
+            u_lo, u_hi, u_lab, u_d, _, _, _, kp, ev, _, _, _, _, _, _, _ = _bounded_search(
+                x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
+                node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo,
+                rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high,
+                tol, max_depth_nodes, 0, np.inf, klo, khi, False, np.inf)
+            kd_pops += kp
+            evaluated += ev
+        if status != COMPLETE and keep_best:
+            # The nearest box met, polished into a nearer target cell when moves towards
+            # x find one (Credit RF 100x5, l1, stopped at 50 ms: see the README).
+            i_lo, i_hi, i_lab, i_d = with_polished(
+                q, ce, kern, klo, khi, np.concatenate((c_lo, i_lo, u_lo, r_lo)),
+                np.concatenate((c_hi, i_hi, u_hi, r_hi)), np.concatenate((c_d, i_d, u_d, r_d)),
+                i_lo, i_hi, i_lab, i_d)
+        if status != COMPLETE:
+            # Stopped: a lower bound of the nearest target point's distance, and the
+            # incumbents (the probe's cell, the certified rectangles of the cap search and
+            # the candidates of the last round that completed), for a caller that takes
+            # the best found.
+            return (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
+                    np.concatenate((i_lo, u_lo, r_lo)), np.concatenate((i_hi, u_hi, r_hi)),
+                    np.concatenate((i_lab, u_lab, r_lab)), np.concatenate((i_d, u_d, r_d)),
+                    max(low, proven))
+        if c_d.shape[0] >= q.k or radius == np.inf or capped:
+            return (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
+                    e_lo, e_lo, e_lab, e_d, max(low, proven))
+        proven = max(proven, low)
+        r_lo, r_hi, r_lab, r_d = c_lo, c_hi, c_lab, c_d
         if rnd == _CAP_ROUND:
             # The nearest certified target rectangles (KD trees only, no mixed region) bound
             # the answer from above. The cost of a round grows steeply with its bound (the
@@ -234,13 +288,14 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
             # boxes popped with the first bound at the answer's distance against 1.1x:
             # 25k / 77k, 3.9k / 20k. So no round goes past this one: over that benchmark's
             # 200 queries, 1.05M boxes popped instead of 1.29M, the slowest 130k not 235k.
-            _, _, _, u_d, _, _, _, kp, ev, _, _ = _bounded_search(
+            u_lo, u_hi, u_lab, u_d, _, _, _, kp, ev, _, _, _, _, _, _, _ = _bounded_search(
                 x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
                 node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo,
                 rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high,
                 tol, max_depth_nodes, 0, np.inf, klo, khi, False, np.inf)
             kd_pops += kp
             evaluated += ev
+            have_cap = True
             if u_d.shape[0] >= q.k:
                 # just past the k-th: the round's bound is strict, and those rectangles
                 # must be found again at their own distance
@@ -248,6 +303,15 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
                 cap = cap + cap * 1e-12 + 1e-300
         radius *= growth
     raise AssertionError("unreachable: the last round is unbounded")
+
+
+@njit(**NO_NRT)
+def _least(d):
+    """Least of the distances ``d`` (``inf`` when empty)."""
+    low = np.inf
+    for i in range(d.shape[0]):
+        low = min(low, d[i])
+    return low
 
 
 # The failed rounds after which best_first looks for the nearest certified target
@@ -491,7 +555,9 @@ def _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     box's cell nearest ``x``) holds target points at its own distance ``d`` when its
     exact class is a target with a margin beyond the tolerance. Returns the bound to
     search under: just above ``d`` (the box at ``d`` must still be popped and certified
-    the usual way, so the answer and its region are the search's own), else ``bound``.
+    the usual way, so the answer and its region are the search's own), else ``bound``,
+    and the cell's class (-1 when the bound stays): the cell, left in row 0 of ``pbox_lo``
+    and ``pbox_hi``, is the search's incumbent should it stop before its answer.
 
     Best-first meets its answer only when it pops it; until then every box is clipped
     to the round's ball, often much wider than the answer's, and a looser clip costs
@@ -507,7 +573,7 @@ def _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
         if tmask[b] and b != a and (tb < 0 or lb[b] < lb[tb]):
             tb = b
     if tb < 0:
-        return bound
+        return bound, -1
     for f in range(x.shape[0]):
         j = amin[f, tb]
         if j < 0:
@@ -517,11 +583,11 @@ def _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     b2, marg = label_cell(pbox_lo[0], act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high,
                           buf)
     if not tmask[b2] or marg <= tol:
-        return bound
+        return bound, -1
     d = rect_dist(0, x, w, norm, cmin, cmax, integral, pbox_lo, pbox_hi, coff, clow, cupp, clcl,
                   cucl, bound, gcol, gstart, gcols, gcost, xcat, a0, a1)
     d = d + d * 1e-12 + 1e-300
-    return d if d < bound else bound
+    return (d, b2) if d < bound else (bound, -1)
 
 
 @njit(**NO_NRT)
@@ -536,8 +602,9 @@ def _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d):
 
 
 #: Slots of the loop's state array (:func:`_search_loop`).
-_QUEUED, _FREE, _USED, _CANDIDATES, _TIES, _POPS, _KD_POPS, _EVALUATED, _NEED = range(9)
-_N_STATE = 9
+_QUEUED, _FREE, _USED, _CANDIDATES, _TIES, _POPS, _KD_POPS, _EVALUATED, _NEED, _INCUMBENT = (
+    range(10))
+_N_STATE = 10
 #: What :func:`_search_loop` stopped for: done; more room needed (``st[_NEED]`` entries);
 #: out of ``max_pops``.
 _DONE, _NEED_ROOM, _OUT_OF_POPS = 0, 1, 2
@@ -572,14 +639,17 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     within the cells ``klo..khi`` (:func:`reachable_cells`); when ``deadline`` is finite,
     the clock is read at the start and every :data:`CLOCK_EVERY` boxes.
 
-    Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status):
-    candidate boxes (certified rectangles or certified sub-boxes of mixed regions, each of
-    a target class, with their distances in accumulated form), a superset of the k best;
+    Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
+    i_lo, i_hi, i_lab, i_d, low): candidate boxes (certified rectangles or certified
+    sub-boxes of mixed regions, each of a target class, with their distances in
+    accumulated form), a superset of the k best;
     near-tie boxes (every cell scores the same, within rounding, so the model's label of
     the centre holds for all) for the caller to label; KD-tree nodes popped; rectangles
     whose exact distance was computed; mixed-region boxes popped; :data:`OUT_OF_BOXES` if
     ``max_pops`` of the latter ran out first, :data:`OUT_OF_TIME` if the deadline passed,
-    else :data:`COMPLETE`.
+    else :data:`COMPLETE`; when stopped early, the sweep probe's cell as an incumbent
+    (0 or 1 row, with its class and distance), and ``low``, the least of ``best[k - 1]``
+    and the queue's least key (else ``best[k - 1]``).
 
     Per popped entry: a KD node is expanded (:func:`_expand_inner`) or its leaf scanned
     (:func:`_scan_leaf`); a box of a mixed region is clipped to the ball of the k-th best
@@ -640,12 +710,13 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
         while j < coff[f + 1] - 1 and cupp[j] < x[f]:
             j += 1
         xcell[f] = j - coff[f]
-    pbox_lo = np.empty((1, m), dtype=np.int32)
-    pbox_hi = np.empty((1, m), dtype=np.int32)
+    pbox_lo = np.empty((2, m), dtype=np.int32)  # row 1: the incumbent cell, if any
+    pbox_hi = np.empty((2, m), dtype=np.int32)
     # State of the loop between calls: queue size, free and used slots, candidates, ties,
     # and the counters.
     st = np.zeros(_N_STATE, dtype=np.int64)
     st[_QUEUED] = n
+    st[_INCUMBENT] = -1
     timed = deadline < np.inf
     code = _DONE
     # a round starts only within the time (the deepening rounds may be many short ones)
@@ -689,10 +760,23 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
             t_hi = grow(t_hi, n_t + 1)
             t_d = grow(t_d, n_t + 1)
     n_c, n_t = st[_CANDIDATES], st[_TIES]
+    # Stopped early: every target point nearer than the queue's least key is among the
+    # candidates (best-first pops keys in order), and the probe's cell is an incumbent.
+    stopped = late or code != _DONE
+    low = best[k - 1]
+    if stopped and st[_QUEUED] > 0:
+        low = min(low, keys[0])
+    n_i = 1 if stopped and st[_INCUMBENT] >= 0 else 0
+    i_lab = np.full(n_i, st[_INCUMBENT])
+    i_d = np.empty(n_i)
+    if n_i:
+        i_d[0] = rect_dist(1, x, w, norm, cmin, cmax, integral, pbox_lo, pbox_hi, coff, clow,
+                           cupp, clcl, cucl, np.inf, gcol, gstart, gcols, gcost, xcat, a0, a1)
     return (c_lo[:n_c].copy(), c_hi[:n_c].copy(), c_lab[:n_c].copy(), c_d[:n_c].copy(),
             t_lo[:n_t].copy(), t_hi[:n_t].copy(), t_d[:n_t].copy(), st[_KD_POPS],
             st[_EVALUATED], st[_POPS],
-            OUT_OF_TIME if late else COMPLETE if code == _DONE else OUT_OF_BOXES)
+            OUT_OF_TIME if late else COMPLETE if code == _DONE else OUT_OF_BOXES,
+            pbox_lo[1:1 + n_i].copy(), pbox_hi[1:1 + n_i].copy(), i_lab, i_d, low)
 
 
 @njit(**NO_NRT)
@@ -791,10 +875,16 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
         if _hopeless(tmask, lb, a, tol):
             continue
         if swept and k == 1 and norm != L0:
-            best[0] = _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols,
-                                   gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr,
-                                   nv, tie_high, tol, lo, hi, a, lb, sw[6], act, n_act, start,
-                                   cs, xcell, pbox_lo, pbox_hi, buf, a0, a1, best[0])
+            best[0], b2 = _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart,
+                                       gcols, gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut,
+                                       nl, nr, nv, tie_high, tol, lo, hi, a, lb, sw[6], act,
+                                       n_act, start, cs, xcell, pbox_lo, pbox_hi, buf, a0, a1,
+                                       best[0])
+            if b2 >= 0:  # the nearest target cell seen yet: kept in row 1
+                for f in range(m):
+                    pbox_lo[1, f] = pbox_lo[0, f]
+                    pbox_hi[1, f] = pbox_hi[0, f]
+                st[_INCUMBENT] = b2
         # -- narrow: the rest of the box holds no target point; requeue the narrowed box
         # at its own (larger or equal) distance, with the same tree states.
         if narrowed:

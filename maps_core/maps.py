@@ -283,6 +283,7 @@ class CounterfactualMaps:
         group_costs: Mapping[str, float] | None = None,
         max_boxes: int | None = None,
         max_seconds: float | None = None,
+        on_budget: str = "error",
     ) -> list[CounterfactualResult]:
         """Exact counterfactuals for every row of ``X``, in input order.
 
@@ -320,6 +321,14 @@ class CounterfactualMaps:
             may overrun it by that many boxes. Beyond it, :class:`BudgetExceededError`:
             what a service needs to keep one hard query from holding a worker for
             minutes (a 200-tree forest of depth 8 pops about a thousand boxes a second).
+        on_budget : {"error", "best"}
+            What a search out of ``max_boxes`` or ``max_seconds`` does: raise
+            :class:`BudgetExceededError` (default: every answer is certified optimal), or
+            answer with the nearest certified target boxes it met. Such an answer is
+            valid (its point and region get the target) but may not be the nearest:
+            ``optimal`` is False and ``lower_bound`` a certified lower bound of the
+            optimum, so ``best.distance / lower_bound`` bounds how far from optimal it
+            is. A search that met no target box still raises.
 
         Returns
         -------
@@ -329,7 +338,7 @@ class CounterfactualMaps:
         """
         options = {"norm": norm, "weights": weights, "immutable": immutable,
                    "direction": direction, "bounds": bounds, "k": k, "group_costs": group_costs,
-                   "max_boxes": max_boxes, "max_seconds": max_seconds}
+                   "max_boxes": max_boxes, "max_seconds": max_seconds, "on_budget": on_budget}
         return self._answer(self._as_matrix(X), target, options)
 
     def _answer(
@@ -350,11 +359,15 @@ class CounterfactualMaps:
         elif (not isinstance(max_seconds, int | float | np.integer | np.floating)
               or isinstance(max_seconds, bool) or not max_seconds > 0):
             raise InvalidQueryError("max_seconds must be a positive number", "max_seconds")
+        on_budget = options.pop("on_budget", "error")
+        if on_budget not in ("error", "best"):
+            raise InvalidQueryError(
+                f"on_budget must be 'error' or 'best', not {on_budget!r}", "on_budget")
         opts: QueryOptions = make_options(self.engine, **options)
         cats = categories(opts, A)  # every row's one-hot groups are valid before any work
         rids = locate_rect(self.engine, A)  # one compiled call for the batch
         outs = search_batch(self.engine, A, t_idx, opts, int(max_boxes), rids, cats,
-                            max_seconds=float(max_seconds))
+                            max_seconds=float(max_seconds), best_found=on_budget == "best")
         return [self._result(A[i], t_idx, out) for i, out in enumerate(outs)]
 
     def _result(self, x: np.ndarray, t_idx: int | None, out: SearchOutput) -> CounterfactualResult:
@@ -385,6 +398,8 @@ class CounterfactualMaps:
             stats=stats,
             unreachable=tuple(classes[i] for i in out.unreachable),
             constraints=out.constraints,
+            optimal=out.optimal,
+            lower_bound=out.lower_bound,
         )
         return res if res.feasible else replace(res, reason=res.explain())
 

@@ -216,13 +216,14 @@ def _point_distance(x, p, w, norm, gcol, gstart, gcols, gcost):
 
 #: What :func:`_batch` did with a row: answered; near-tie boxes among its candidates
 #: (the model must label them: the caller's per-row path); out of its box budget; no
-#: candidate (infeasible: the caller's path words the reason); out of its time.
-ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE, LATE = 0, 1, 2, 3, 4
+#: candidate (infeasible: the caller's path words the reason); out of its time; out of a
+#: budget but answered with the best it found (``best_found``).
+ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE, LATE, BEST_FOUND = 0, 1, 2, 3, 4, 5
 
 
 @njit(cache=True, nogil=True)
 def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcols, gcost, fo,
-           ce, kern, max_pops, max_seconds, radius, growth, max_rounds):
+           ce, kern, max_pops, max_seconds, radius, growth, max_rounds, best_found):
     """The nearest counterfactual (``k = 1``) of every row of ``X`` (shape (n, m)) in one
     compiled call: per row, :func:`~maps_core.lazy.best_first` under its constraint box
     (each row with its own budgets: ``max_pops`` boxes and ``max_seconds``)
@@ -230,10 +231,12 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
     :func:`_place` and :func:`_point_distance` on its nearest candidate.
 
     Returns (status, distance, cf_distance, label, point, lower, upper, lower_closed,
-    upper_closed, counters, seconds): ``status`` per row (:data:`ANSWERED`... ; the other
-    outputs of a row are set only when answered), distances in accumulated form, the
-    counters (KD nodes popped, rectangles evaluated, mixed boxes popped, shape (n, 3)) and
-    each row's wall-clock seconds.
+    upper_closed, counters, seconds, low): ``status`` per row (:data:`ANSWERED`... ; the
+    other outputs of a row are set only when answered), distances in accumulated form, the
+    counters (KD nodes popped, rectangles evaluated, mixed boxes popped, shape (n, 3)),
+    each row's wall-clock seconds, and for a row out of a budget, a lower bound of its
+    optimum (accumulated form). With ``best_found``, such a row is answered with the
+    nearest certified target box its search met (:data:`BEST_FOUND`), if any.
 
     A batch through :func:`search` paid about 60 us of Python a row around a 15 us kernel
     on CP (option arrays, one dispatch per compiled call, result objects); here the rows
@@ -251,16 +254,25 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
     UC = np.zeros((n, m), dtype=np.bool_)
     counters = np.zeros((n, 3), dtype=np.int64)
     seconds = np.zeros(n)
+    low = np.zeros(n)
     t0 = clock()
     for i in range(n):
         q = Query(X[i], w, norm, cmins[i], cmaxs[i], integral, tmasks[i], 1, gcol, gstart,
                   gcols, gcost, xcats[i])
-        c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done = best_first(
-            q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds)
+        c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done, i_lo, i_hi, i_lab, i_d, lb = (
+            best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds,
+                       best_found))
         counters[i, 0] = kp
         counters[i, 1] = ev
         counters[i, 2] = po
-        if done == OUT_OF_TIME:
+        low[i] = lb
+        if done != COMPLETE and best_found and c_d.shape[0] + i_d.shape[0] > 0:
+            status[i] = BEST_FOUND
+            c_lo = np.concatenate((c_lo, i_lo))
+            c_hi = np.concatenate((c_hi, i_hi))
+            c_lab = np.concatenate((c_lab, i_lab))
+            c_d = np.concatenate((c_d, i_d))
+        elif done == OUT_OF_TIME:
             status[i] = LATE
         elif done != COMPLETE:
             status[i] = OUT_OF_BUDGET
@@ -268,7 +280,7 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
             status[i] = NEAR_TIES
         elif c_d.shape[0] == 0:
             status[i] = NO_CANDIDATE
-        else:
+        if status[i] == ANSWERED or status[i] == BEST_FOUND:
             j = np.argmin(c_d)  # the first of equal distances, as a stable sort's
             p, lower, upper, lcl, ucl = _place(X[i], c_lo[j], c_hi[j], cmins[i], cmaxs[i],
                                                ce.coff, ce.clow, ce.cupp, ce.clcl, ce.cucl,
@@ -284,7 +296,7 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
         t1 = clock()  # each row's own time, not the batch's mean
         seconds[i] = t1 - t0
         t0 = t1
-    return status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds
+    return status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low
 
 
 # --------------------------------------------------------------------------------------
@@ -314,6 +326,10 @@ class SearchOutput:
     unreachable: tuple[int, ...] = ()  # target class indices, when infeasible
     constraints: str = ""
     seconds: float = 0.0  # wall-clock time of the search
+    # False when a budget stopped the search and ``found`` is the best it met
+    # (``best_found``); ``lower_bound`` then bounds the nearest's optimum from below
+    optimal: bool = True
+    lower_bound: float | None = None
 
 
 def assemble(
@@ -436,14 +452,15 @@ def _stays(engine: SearchEngine, x: np.ndarray, rid: int, pred: int, cmin: np.nd
     f = assemble(engine, x, lo_c, hi_c, 0.0, pred, cmin, cmax, opts)
     f.x = x.copy()
     f.counterfactual_distance = 0.0
-    return SearchOutput(prediction=pred, found=[f])
+    return SearchOutput(prediction=pred, found=[f], lower_bound=0.0)
 
 
 def _out_of_budget(max_boxes: int) -> BudgetExceededError:
     return BudgetExceededError(
         f"this query needed more than {max_boxes:,} boxes of the regions the build "
         "left unresolved (its search budget, max_boxes); rebuild the maps with a larger "
-        "budget (max_seconds / max_rectangles)"
+        "budget (max_seconds / max_rectangles), or take the best counterfactual found "
+        "within the budget (on_budget='best')"
     )
 
 
@@ -452,7 +469,8 @@ def _out_of_time(max_seconds: float) -> BudgetExceededError:
         f"this query's search of the regions the build left unresolved ran out of its time "
         f"({max_seconds:g} s, its search budget max_seconds) before it could prove an answer "
         "optimal; constraints that narrow the search (bounds, immutable features), or maps "
-        "built with a larger budget, make it faster"
+        "built with a larger budget, make it faster, and on_budget='best' takes the best "
+        "counterfactual found in that time"
     )
 
 
@@ -471,19 +489,20 @@ _BATCH_MIN_ROWS = 2
 
 def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: QueryOptions,
                  max_boxes: int, rids: np.ndarray, cats: np.ndarray, *,
-                 max_seconds: float = math.inf) -> list[SearchOutput]:
+                 max_seconds: float = math.inf, best_found: bool = False) -> list[SearchOutput]:
     """:func:`search` of every row of ``A`` (shape (n, m), validated), in order.
 
     With ``k = 1`` the searches run in one compiled call (:func:`_batch`); a row whose
     answer needs Python goes through :func:`search`: x itself (the target is its class),
     near-tie boxes the model must label, or no answer (the reason is worded there).
-    ``rids`` and ``cats`` are the rows' rectangles and categories, and ``max_boxes`` and
-    ``max_seconds`` each row's budgets, as for :func:`search`.
+    ``rids`` and ``cats`` are the rows' rectangles and categories, and ``max_boxes``,
+    ``max_seconds`` and ``best_found`` each row's budgets and what a row out of them gets,
+    as for :func:`search`.
     """
     n = A.shape[0]
     if opts.k != 1 or n < _BATCH_MIN_ROWS:
         return [search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i],
-                       max_seconds=max_seconds) for i in range(n)]
+                       max_seconds=max_seconds, best_found=best_found) for i in range(n)]
     A = np.ascontiguousarray(A, dtype=np.float64)
     pred = locate(engine, A, rids)
     cmins, cmaxs = opts.constraint_boxes(A)
@@ -499,51 +518,59 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
     outs: list[SearchOutput | None] = [None] * n
     if rows.size:
         g = engine.grid
-        (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds) = _batch(
+        (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low) = _batch(
             A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows], opts.weights,
             opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
             engine.forest, engine.cells, engine.kernel, max_boxes, max_seconds,
-            _first_radius(engine, opts), DEEPEN_GROWTH, DEEPEN_ROUNDS)
+            _first_radius(engine, opts), DEEPEN_GROWTH, DEEPEN_ROUNDS, best_found)
         if (status == OUT_OF_BUDGET).any():
             raise _out_of_budget(max_boxes)
         if (status == LATE).any():
             raise _out_of_time(max_seconds)
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
-            if status[r] != ANSWERED:
+            if status[r] != ANSWERED and status[r] != BEST_FOUND:
                 continue
             kp, ev, po = counters[r].tolist()
+            d = finish(norm, float(dist[r]))
+            proven = status[r] == ANSWERED or low[r] >= dist[r]
             outs[i] = SearchOutput(
                 prediction=int(pred[i]), nodes_popped=kp, rectangles_evaluated=ev,
                 regions_refined=po, seconds=float(seconds[r]),
-                found=[Found(x=P[r], distance=finish(norm, float(dist[r])),
+                found=[Found(x=P[r], distance=d,
                              counterfactual_distance=float(cfd[r]), lower=LO[r], upper=HI[r],
-                             lower_closed=LC[r], upper_closed=UC[r], target=int(lab[r]))])
+                             lower_closed=LC[r], upper_closed=UC[r], target=int(lab[r]))],
+                optimal=bool(proven),
+                lower_bound=d if proven else finish(norm, float(low[r])))
     return [out if out is not None
             else search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i],
-                        max_seconds=max_seconds)
+                        max_seconds=max_seconds, best_found=best_found)
             for i, out in enumerate(outs)]
 
 
 def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
            max_boxes: int, rid: int, xcat: np.ndarray, *,
-           max_seconds: float = math.inf) -> SearchOutput:
+           max_seconds: float = math.inf, best_found: bool = False) -> SearchOutput:
     """Run one query (``x`` already validated, shape (m,)); at most ``max_boxes`` boxes of
     mixed regions are popped, for at most about ``max_seconds`` (the clock is read every
-    :data:`~maps_core.lazy.CLOCK_EVERY` boxes), else :class:`BudgetExceededError`.
+    :data:`~maps_core.lazy.CLOCK_EVERY` boxes), else :class:`BudgetExceededError`; with
+    ``best_found``, a search out of a budget answers with the nearest certified target
+    boxes it met instead (``optimal`` False unless its lower bound reaches the nearest),
+    and raises only when it met none.
 
     ``rid`` is x's rectangle (:func:`locate_rect`) and ``xcat`` x's category per one-hot
     group (:func:`~maps_core.options.categories`): the caller finds both for a whole batch
     at once, since each is a compiled call whose dispatch costs a few microseconds, a few
     percent of a query on the paper's maps."""
     t0 = time.perf_counter()
-    out = _search(engine, x, t_idx, opts, max_boxes, max_seconds, rid, xcat)
+    out = _search(engine, x, t_idx, opts, max_boxes, max_seconds, rid, xcat, best_found)
     out.seconds = time.perf_counter() - t0
     return out
 
 
 def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-            max_boxes: int, max_seconds: float, rid: int, xcat: np.ndarray) -> SearchOutput:
+            max_boxes: int, max_seconds: float, rid: int, xcat: np.ndarray,
+            best_found: bool) -> SearchOutput:
     part = engine.partition
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
@@ -561,12 +588,24 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
     q = Query(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin,
               cmax, g.integral, tmask, opts.k, *opts.group_args(x, xcat))
     radius = _first_radius(engine, opts)
-    c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, done = best_first(
-        q, engine.forest, engine.cells, engine.kernel, max_boxes, radius, DEEPEN_GROWTH,
-        DEEPEN_ROUNDS, max_seconds)
-    if done == OUT_OF_TIME:
+    (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, done, i_lo, i_hi,
+     i_lab, i_d, low) = best_first(q, engine.forest, engine.cells, engine.kernel, max_boxes,
+                                   radius, DEEPEN_GROWTH, DEEPEN_ROUNDS, max_seconds,
+                                   best_found)
+    stopped = done != COMPLETE
+    if stopped and best_found and c_d.size + i_d.size:
+        # the best met: the stopped round's candidates and the incumbents, each box once
+        # (a box may be both), its near-ties left out (the model has not labelled them)
+        c_lo, c_hi = np.concatenate([c_lo, i_lo]), np.concatenate([c_hi, i_hi])
+        c_lab, c_d = np.concatenate([c_lab, i_lab]), np.concatenate([c_d, i_d])
+        _, first = np.unique(np.hstack([c_lo, c_hi, c_lab[:, None]]), axis=0,
+                             return_index=True)
+        first.sort()
+        c_lo, c_hi, c_lab, c_d = c_lo[first], c_hi[first], c_lab[first], c_d[first]
+        t_d = t_d[:0]
+    elif done == OUT_OF_TIME:
         raise _out_of_time(max_seconds)
-    if done != COMPLETE:
+    elif stopped:
         raise _out_of_budget(max_boxes)
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = engine.classify(g.cell_points((t_lo + t_hi) // 2))
@@ -584,6 +623,10 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
         out.found.append(
             assemble(engine, x, lo_c, hi_c, finish(opts.norm_code, d), lab_c, cmin, cmax, opts)
         )
+    if out.found:
+        out.optimal = not stopped or low >= cands[0][0]
+        out.lower_bound = (out.found[0].distance if out.optimal
+                           else finish(opts.norm_code, float(low)))
     if not out.found:
         out.unreachable = tuple(int(i) for i in np.flatnonzero(tmask))
         out.constraints = _constraints_text(engine, opts)

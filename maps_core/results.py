@@ -79,7 +79,8 @@ class Counterfactual:
         The counterfactual input; the model predicts ``target`` for it.
     distance : float
         Certified optimum: the infimum of the distance from the query to the inputs that
-        the model assigns to ``target`` (and that satisfy the query's constraints).
+        the model assigns to ``target`` (and that satisfy the query's constraints). When
+        the result is not ``optimal`` (``on_budget="best"``): the infimum over ``region``.
     counterfactual_distance : float
         Distance from the query to ``x``. Equal to ``distance`` up to float rounding: when
         the optimum sits on an open end of the region, ``x`` is the nearest float32 value
@@ -122,6 +123,12 @@ class CounterfactualResult:
     counterfactuals : tuple of Counterfactual
         The ``k`` best counterfactuals, from distinct rectangles, by increasing distance.
     stats : QueryStats
+    optimal : bool
+        True when ``best`` is certified nearest (always, unless the query asked for
+        ``on_budget="best"`` and its search ran out of a budget first).
+    lower_bound : float or None
+        Certified lower bound of the optimal distance: ``best.distance`` when
+        ``optimal``, below it otherwise (``None`` when infeasible).
     """
 
     query: np.ndarray
@@ -133,6 +140,8 @@ class CounterfactualResult:
     reason: str | None = None
     unreachable: tuple[Any, ...] = ()
     constraints: str = ""
+    optimal: bool = True
+    lower_bound: float | None = None
 
     def explain(self, name: Callable[[Any], Any] = str) -> str | None:
         """The reason of an infeasible answer, naming classes with ``name(label)`` (a

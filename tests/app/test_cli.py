@@ -449,6 +449,18 @@ def test_query_options_and_l0(built: Path, capsys: pytest.CaptureFixture[str]) -
     assert code == 1 and "unknown key(s) ['k']" in err
 
 
+def test_query_time_limit_options(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--options also carries the time limit and what happens beyond it."""
+    inst = '{"income": 20, "age": 30, "late": 1, "debt": 40}'
+    exact = _query(capsys, built, "--instance", inst)
+    res = _query(capsys, built, "--instance", inst,
+                 "--options", '{"max_seconds": 5, "on_budget": "best"}')
+    assert res["optimal"] is True and res["lower_bound"] == res["distance"] == exact["distance"]
+    code, out, err = _run(capsys, "query", str(built), "--instance", inst,
+                          "--options", '{"on_budget": "maybe"}')
+    assert code == 1 and "on_budget" in err
+
+
 def test_query_into_a_closed_pipe_exits_quietly(built: Path) -> None:
     """`cfmaps query ... | head -1`: the reader leaves early; no traceback."""
     import subprocess

@@ -275,3 +275,61 @@ def test_query_time_budget_setting(service_factory: Any, rf: Fitted) -> None:
         mid = svc.add(rf.skops)
         r = svc.client.post(f"/v1/models/{mid}/counterfactuals", json={"instance": x})
         assert r.status_code == 200, r.text
+
+
+def test_best_found_on_budget(service_factory: Any, rf: Fitted) -> None:
+    """``on_budget: best``: an instance whose search runs out of CFMAPS_QUERY_MAX_BOXES
+    answers 200 with a valid counterfactual, ``optimal`` false and a ``lower_bound`` at or
+    below the exact answer's distance, itself at or below the one returned; instances that
+    fit answer exactly (``lower_bound`` = ``distance``). The default stays a 422."""
+    X = rf.X[:40]
+    with service_factory(build_max_rectangles=20) as svc:
+        mid = svc.add(rf.skops)
+        exact = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                                json={"instances": X.tolist()}).json()["results"]
+    with service_factory(build_max_rectangles=20, query_max_boxes=1) as svc:
+        mid = svc.add(rf.skops)
+        url = f"/v1/models/{mid}/counterfactuals"
+        got = svc.client.post(url, json={"instances": X.tolist(), "on_budget": "best"})
+        assert got.status_code == 200, got.text
+        unproven = 0
+        for x, res, want in zip(X, got.json()["results"], exact, strict=True):
+            cf = _vec(res["counterfactual"], NAMES)
+            assert rf.model.predict(cf[None])[0] == res["target"] != res["prediction"]
+            assert _in_region(cf, res["region"], NAMES)
+            assert res["lower_bound"] <= want["distance"] * (1 + 1e-12)
+            assert want["distance"] <= res["distance"] * (1 + 1e-12)
+            if res["optimal"]:
+                assert res["distance"] == pytest.approx(want["distance"], abs=1e-12)
+                assert res["lower_bound"] == res["distance"]
+            else:
+                unproven += 1
+                r = svc.client.post(url, json={"instance": x.tolist()})
+                assert r.status_code == 422 and r.json()["error"] == "budget_exceeded"
+                assert "on_budget" in r.json()["message"]
+        assert unproven > 0
+
+
+def test_request_time_limit(service_factory: Any, rf: Fitted) -> None:
+    """``max_seconds`` in a request tightens the service's time budget, never loosens it."""
+    x = rf.X[0].tolist()
+    with service_factory(build_max_rectangles=20, query_max_seconds=5.0) as svc:
+        mid = svc.add(rf.skops)
+        url = f"/v1/models/{mid}/counterfactuals"
+        r = svc.client.post(url, json={"instance": x, "max_seconds": 1e-9})
+        assert r.status_code == 422 and r.json()["error"] == "budget_exceeded", r.text
+        assert "1e-09 s" in r.json()["message"]
+        r = svc.client.post(url, json={"instance": x, "max_seconds": 1e-9, "on_budget": "best"})
+        assert r.status_code == 200, r.text
+        assert r.json()["optimal"] is False
+        assert r.json()["lower_bound"] <= r.json()["distance"]
+        r = svc.client.post(url, json={"instance": x, "max_seconds": 10})
+        assert r.status_code == 422 and r.json()["field"] == "max_seconds", r.text
+        for bad in (0, -1, "1", True, "NaN"):
+            r = svc.client.post(url, json={"instance": x, "max_seconds": bad})
+            assert r.status_code == 422, (bad, r.text)
+        r = svc.client.post(url, json={"instance": x, "on_budget": "approximate"})
+        assert r.status_code == 422 and "on_budget" in r.text
+        r = svc.client.post(url, json={"instance": x, "max_seconds": 2.5})
+        assert r.status_code == 200 and r.json()["optimal"] is True
+        assert r.json()["lower_bound"] == r.json()["distance"]

@@ -15,7 +15,7 @@ from maps_core import (
     IncompatibleArtifactError,
     InvalidQueryError,
 )
-from tests.conftest import fit, synthetic
+from tests.conftest import fit, region_end_points, synthetic
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +262,84 @@ def test_a_full_disk_while_saving_leaves_the_old_maps_and_no_temporaries(built, 
     assert err.value.errno == errno.ENOSPC
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
     assert answers(CounterfactualMaps.load(path), X[:5]) == before
+
+
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+def test_best_found_brackets_the_optimum(budgeted, norm):
+    """With ``on_budget="best"``, a search out of its box budget answers with the nearest
+    certified target box it met: its point and region get the target, and the optimum of
+    the complete maps lies between ``lower_bound`` and its distance. An answer marked
+    optimal is the complete maps' answer; the batch path answers as the row-by-row one."""
+    model, X, full, part = budgeted
+    unproven = 0
+    for max_boxes in (1, 4, 40):
+        batch = part.counterfactuals(X[:25], norm=norm, max_boxes=max_boxes, on_budget="best")
+        for x, got in zip(X[:25], batch, strict=True):
+            want = full.counterfactual(x, norm=norm).best.distance
+            one = part.counterfactual(x, norm=norm, max_boxes=max_boxes, on_budget="best")
+            assert (one.best.distance, one.optimal, one.lower_bound) == (
+                got.best.distance, got.optimal, got.lower_bound)
+            cf = got.best
+            assert model.predict(cf.x[None])[0] == got.target != got.prediction
+            assert cf.region.contains(cf.x)
+            edges = region_end_points(cf.region, cf.x)
+            if len(edges):
+                assert (model.predict(edges) == got.target).all()
+            assert got.lower_bound <= want * (1 + 1e-12) <= cf.distance * (1 + 1e-12) + 1e-15
+            assert cf.counterfactual_distance == pytest.approx(cf.distance, rel=1e-6, abs=1e-9)
+            if got.optimal:
+                assert cf.distance == pytest.approx(want, abs=1e-12)
+                assert got.lower_bound == cf.distance
+            else:
+                assert got.stats.regions_refined >= max_boxes
+                unproven += 1
+    assert unproven > 0, "no search ran out of its budget: the test checks nothing"
+
+
+def test_best_found_out_of_time_still_answers(budgeted):
+    """Out of time before any mixed box (``max_seconds`` tiny), a best-found search still
+    answers from the certified rectangles when the maps have one of the target class
+    (the default raises, see test_query_time_budget_in_mixed_regions)."""
+    model, X, full, part = budgeted
+    answered = 0
+    for x in X[:10]:
+        want = full.counterfactual(x, norm="l1").best.distance
+        try:
+            got = part.counterfactual(x, norm="l1", max_seconds=1e-9, on_budget="best")
+        except BudgetExceededError as exc:
+            assert "max_seconds" in str(exc)
+            continue
+        answered += 1
+        assert model.predict(got.best.x[None])[0] == got.target
+        assert got.lower_bound <= want * (1 + 1e-12) <= got.best.distance * (1 + 1e-12) + 1e-15
+    assert answered > 0
+
+
+def test_best_found_with_k_gives_distinct_valid_boxes(built):
+    model, X, full = built
+    part = CounterfactualMaps.build(model, max_rectangles=5)
+    for x in X[:20]:
+        want = full.counterfactual(x).best.distance
+        got = part.counterfactual(x, k=4, max_boxes=3, on_budget="best")
+        boxes = [(tuple(c.region.lower), tuple(c.region.upper)) for c in got.counterfactuals]
+        assert len(boxes) == len(set(boxes))
+        d = [c.distance for c in got.counterfactuals]
+        assert d == sorted(d)
+        assert got.lower_bound <= want * (1 + 1e-12) <= d[0] * (1 + 1e-12) + 1e-15
+        for c in got.counterfactuals:
+            assert model.predict(c.x[None])[0] == c.target
+
+
+def test_best_found_on_complete_maps_is_the_optimum(built):
+    """Complete maps never stop early: every answer is optimal, lower bound included."""
+    model, X, full = built
+    for r in full.counterfactuals(X[:20], on_budget="best", max_boxes=1):
+        assert r.optimal and r.lower_bound == r.best.distance
+
+
+@pytest.mark.parametrize("bad", ["approximate", None, 1])
+def test_on_budget_must_be_known(budgeted, bad):
+    _, X, _, part = budgeted
+    with pytest.raises(InvalidQueryError, match="on_budget") as exc:
+        part.counterfactual(X[0], on_budget=bad)
+    assert exc.value.field == "on_budget"
