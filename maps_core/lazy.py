@@ -613,9 +613,10 @@ _DONE, _NEED_ROOM, _OUT_OF_POPS = 0, 1, 2
 COMPLETE, OUT_OF_BOXES, OUT_OF_TIME = 0, 1, 2
 #: Mixed-region boxes popped between two clock readings when a search has a deadline: a
 #: reading takes the GIL for about 1 us, a box costs 5 us (CP) to 1 ms (a 200-tree forest
-#: of depth 8), so the check costs nothing measurable and a search overruns its time by at
-#: most a few hundred milliseconds.
-CLOCK_EVERY = 256
+#: of depth 8), so the check costs at most 0.3% and a search overruns its time by about
+#: 2 ms on Credit RF 100x5 (25-30 us a box), 64 ms on the 200x8 forest. It was 256: a
+#: 20 ms limit (``on_budget="best"``) then overran by up to 7 ms on Credit RF 100x5.
+CLOCK_EVERY = 64
 
 
 @njit(cache=True)
