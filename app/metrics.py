@@ -100,6 +100,11 @@ class Metrics:
         self.counterfactuals = Counter(
             "cfmaps_counterfactuals", "Instances answered with counterfactuals", registry=r
         )
+        self.unproven = Counter(
+            "cfmaps_counterfactuals_unproven",
+            'Instances answered with the best found, not proven optimal (on_budget "best")',
+            registry=r,
+        )
 
     def watch_models(self, counts: Callable[[], dict[str, int]]) -> None:
         """Expose ``cfmaps_models{status}`` from a callable evaluated at scrape time."""

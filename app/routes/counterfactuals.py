@@ -90,7 +90,11 @@ async def counterfactuals(
     # CPU-bound engine work runs in a worker thread so that the event loop keeps serving,
     # unless it is bounded and short (runs_inline): then the thread hop would cost more.
     answer = query() if runs_inline(entry.maps, body) else await in_thread(query)
-    metrics.counterfactuals.inc(len(answer["results"]) if "results" in answer else 1)
+    results = answer["results"] if "results" in answer else [answer]
+    metrics.counterfactuals.inc(len(results))
+    unproven = sum(not r["optimal"] for r in results)
+    if unproven:
+        metrics.unproven.inc(unproven)
     return JSONResponse(answer)
 
 

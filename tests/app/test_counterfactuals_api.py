@@ -308,6 +308,8 @@ def test_best_found_on_budget(service_factory: Any, rf: Fitted) -> None:
                 assert r.status_code == 422 and r.json()["error"] == "budget_exceeded"
                 assert "on_budget" in r.json()["message"]
         assert unproven > 0
+        metrics = svc.client.get("/metrics").text
+        assert f"cfmaps_counterfactuals_unproven_total {float(unproven)}" in metrics
 
 
 def test_request_time_limit(service_factory: Any, rf: Fitted) -> None:
