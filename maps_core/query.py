@@ -624,7 +624,9 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
             assemble(engine, x, lo_c, hi_c, finish(opts.norm_code, d), lab_c, cmin, cmax, opts)
         )
     if out.found:
-        out.optimal = not stopped or low >= cands[0][0]
+        # a stopped search proves at most its nearest answer (its alternatives may not be
+        # the next best), so with k > 1 it is never optimal
+        out.optimal = not stopped or (opts.k == 1 and low >= cands[0][0])
         out.lower_bound = (out.found[0].distance if out.optimal
                            else finish(opts.norm_code, float(low)))
     if not out.found:

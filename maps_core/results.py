@@ -124,8 +124,9 @@ class CounterfactualResult:
         The ``k`` best counterfactuals, from distinct rectangles, by increasing distance.
     stats : QueryStats
     optimal : bool
-        True when ``best`` is certified nearest (always, unless the query asked for
-        ``on_budget="best"`` and its search ran out of a budget first).
+        True when the answer is certified: ``best`` nearest and, with ``k > 1``, the others
+        next (always, unless the query asked for ``on_budget="best"`` and its search ran out
+        of a budget first).
     lower_bound : float or None
         Certified lower bound of the optimal distance: ``best.distance`` when
         ``optimal``, below it otherwise (``None`` when infeasible).

@@ -318,9 +318,14 @@ def test_best_found_out_of_time_still_answers(budgeted):
 def test_best_found_with_k_gives_distinct_valid_boxes(built):
     model, X, full = built
     part = CounterfactualMaps.build(model, max_rectangles=5)
+    unproven = 0
     for x in X[:20]:
         want = full.counterfactual(x).best.distance
         got = part.counterfactual(x, k=4, max_boxes=3, on_budget="best")
+        if got.optimal:  # then all k are the complete maps' k best, not just the first
+            assert [c.distance for c in got.counterfactuals] == pytest.approx(
+                [c.distance for c in full.counterfactual(x, k=4).counterfactuals], abs=1e-12)
+        unproven += not got.optimal
         boxes = [(tuple(c.region.lower), tuple(c.region.upper)) for c in got.counterfactuals]
         assert len(boxes) == len(set(boxes))
         d = [c.distance for c in got.counterfactuals]
@@ -328,6 +333,7 @@ def test_best_found_with_k_gives_distinct_valid_boxes(built):
         assert got.lower_bound <= want * (1 + 1e-12) <= d[0] * (1 + 1e-12) + 1e-15
         for c in got.counterfactuals:
             assert model.predict(c.x[None])[0] == c.target
+    assert unproven > 0
 
 
 def test_best_found_on_complete_maps_is_the_optimum(built):
