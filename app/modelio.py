@@ -222,6 +222,25 @@ def load_model_file(
     return model, fmt
 
 
+#: CPython 3.11's AST constructor keeps one recursion counter per interpreter, not per
+#: thread (cpython gh-106905, fixed in 3.12): an ``ast.parse`` in one thread can make one in
+#: another fail with this spurious SystemError. A service start that rebuilds two models
+#: at once hit it while loading a skops file (CI, test_interrupted_builds_run_again_at_start).
+_AST_RACE = "AST constructor recursion depth mismatch"
+
+
+def _retrying_ast_race(call: Callable[[], Any], attempts: int = 3) -> Any:
+    """``call()``, again when it fails with the spurious SystemError of :data:`_AST_RACE`
+    (any other error, or the last attempt's, propagates)."""
+    for i in range(attempts):
+        try:
+            return call()
+        except SystemError as exc:
+            if _AST_RACE not in str(exc) or i == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _load_skops(path: Path, max_unpacked_bytes: int | None) -> Any:
     try:
         with zipfile.ZipFile(path) as zf:
@@ -234,7 +253,7 @@ def _load_skops(path: Path, max_unpacked_bytes: int | None) -> Any:
             "model",
         )
     try:
-        untrusted = sio.get_untrusted_types(file=path)
+        untrusted = _retrying_ast_race(lambda: sio.get_untrusted_types(file=path))
     except Exception as exc:  # skops raises assorted errors on malformed archives
         raise InvalidInputError(
             f"the file is not a valid skops file: {type(exc).__name__}: {exc}", "model"
@@ -248,7 +267,7 @@ def _load_skops(path: Path, max_unpacked_bytes: int | None) -> Any:
             "model",
         )
     try:
-        return sio.load(path, trusted=sorted(untrusted))
+        return _retrying_ast_race(lambda: sio.load(path, trusted=sorted(untrusted)))
     except Exception as exc:  # same: a crafted archive can fail in many ways
         raise InvalidInputError(
             f"could not load the skops file: {type(exc).__name__}: {exc}", "model"

@@ -51,6 +51,37 @@ def test_skops_loads_tree_models(tmp_path: Path, rf: Fitted, gb3: Fitted) -> Non
         assert (model.predict(fitted.X) == fitted.model.predict(fitted.X)).all()
 
 
+@pytest.mark.parametrize("step", ["get_untrusted_types", "load"])
+def test_skops_load_survives_the_cpython_ast_race(
+    tmp_path: Path, rf: Fitted, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """CPython 3.11 (gh-106905) can fail an ast.parse with a spurious SystemError while
+    another thread parses too; a skops load that meets it is tried again. Any other
+    SystemError is still the file's error."""
+    path = tmp_path / "model.skops"
+    sio.dump(rf.model, path)
+    real = getattr(sio, step)
+    calls = []
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=102, after=43)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sio, step, flaky)
+    model, fmt = load_model_file(path, trust_pickle=False)
+    assert fmt == "skops" and len(calls) == 2
+    np.testing.assert_array_equal(model.predict(rf.X), rf.model.predict(rf.X))
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise SystemError("something else")
+
+    monkeypatch.setattr(sio, step, broken)
+    with pytest.raises(InvalidInputError, match="something else"):
+        load_model_file(path, trust_pickle=False)
+
+
 def test_skops_with_untrusted_types_is_refused(tmp_path: Path) -> None:
     # A function reference is exactly what a malicious file would smuggle in.
     data = sio.dumps({"f": print, "g": GradientBoostingClassifier})
