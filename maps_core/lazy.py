@@ -251,27 +251,23 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
         # Every target point nearer than the round's bound (complete) or its queue's least
         # key (stopped) is among its candidates or near-ties.
         low = min(low if status != COMPLETE else bound, _least(c_d), _least(t_d))
-        if (status != COMPLETE and keep_best and not have_cap
-                and c_d.shape[0] + i_d.shape[0] + r_d.shape[0] == 0):
-            u_lo, u_hi, u_lab, u_d, _, _, _, kp, ev, _, _, _, _, _, _, _ = _bounded_search(
-                x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
-                node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo,
-                rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high,
-                tol, max_depth_nodes, 0, np.inf, klo, khi, False, np.inf)
-            kd_pops += kp
-            evaluated += ev
-        if status != COMPLETE and keep_best:
-            # The nearest box met, polished into a nearer target cell when moves towards
-            # x find one (Credit RF 100x5, l1, stopped at 50 ms: see the README).
-            i_lo, i_hi, i_lab, i_d = with_polished(
-                q, ce, kern, klo, khi, np.concatenate((c_lo, i_lo, u_lo, r_lo)),
-                np.concatenate((c_hi, i_hi, u_hi, r_hi)), np.concatenate((c_d, i_d, u_d, r_d)),
-                i_lo, i_hi, i_lab, i_d)
         if status != COMPLETE:
             # Stopped: a lower bound of the nearest target point's distance, and the
             # incumbents (the probe's cell, the certified rectangles of the cap search and
             # the candidates of the last round that completed), for a caller that takes
             # the best found.
+            if keep_best:
+                if not have_cap and c_d.shape[0] + i_d.shape[0] + r_d.shape[0] == 0:
+                    u_lo, u_hi, u_lab, u_d, kp, ev = _nearest_certified(q, fo, ce, kern, klo,
+                                                                        khi)
+                    kd_pops += kp
+                    evaluated += ev
+                # The nearest box met, polished into a nearer target cell when moves
+                # towards x find one (Credit RF 100x5, l1, stopped at 50 ms: see the README).
+                i_lo, i_hi, i_lab, i_d = with_polished(
+                    q, ce, kern, klo, khi, np.concatenate((c_lo, i_lo, u_lo, r_lo)),
+                    np.concatenate((c_hi, i_hi, u_hi, r_hi)),
+                    np.concatenate((c_d, i_d, u_d, r_d)), i_lo, i_hi, i_lab, i_d)
             return (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
                     np.concatenate((i_lo, u_lo, r_lo)), np.concatenate((i_hi, u_hi, r_hi)),
                     np.concatenate((i_lab, u_lab, r_lab)), np.concatenate((i_d, u_d, r_d)),
@@ -288,11 +284,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
             # boxes popped with the first bound at the answer's distance against 1.1x:
             # 25k / 77k, 3.9k / 20k. So no round goes past this one: over that benchmark's
             # 200 queries, 1.05M boxes popped instead of 1.29M, the slowest 130k not 235k.
-            u_lo, u_hi, u_lab, u_d, _, _, _, kp, ev, _, _, _, _, _, _, _ = _bounded_search(
-                x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
-                node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo,
-                rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high,
-                tol, max_depth_nodes, 0, np.inf, klo, khi, False, np.inf)
+            u_lo, u_hi, u_lab, u_d, kp, ev = _nearest_certified(q, fo, ce, kern, klo, khi)
             kd_pops += kp
             evaluated += ev
             have_cap = True
@@ -303,6 +295,24 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
                 cap = cap + cap * 1e-12 + 1e-300
         radius *= growth
     raise AssertionError("unreachable: the last round is unbounded")
+
+
+@njit(cache=True, nogil=True)
+def _nearest_certified(q, fo, ce, kern, klo, khi):
+    """The ``q.k`` nearest certified target rectangles: a round of :func:`_bounded_search`
+    over the KD trees alone (no mixed region, no bound, no deadline; its cost is bounded by
+    the maps' size). Returns (lo, hi, labels, distances, KD nodes popped, rectangles
+    evaluated)."""
+    x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat = q
+    node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi = fo
+    coff, clow, cupp, clcl, cucl = ce
+    nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
+    lo, hi, lab, d, _, _, _, kp, ev, _, _, _, _, _, _, _ = _bounded_search(
+        x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat, node_lo,
+        node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi, coff, clow,
+        cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, 0,
+        np.inf, klo, khi, False, np.inf)
+    return lo, hi, lab, d, kp, ev
 
 
 @njit(**NO_NRT)
