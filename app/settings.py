@@ -74,9 +74,9 @@ class Settings(BaseSettings):
     query_max_seconds : float or None
         Most seconds the search of unresolved regions for one instance may take before
         the query fails with 422 ``budget_exceeded`` (the engine's ``max_seconds``; it may
-        overrun by a few hundred milliseconds). The box budget alone lets a hard query on
-        a large forest hold a worker for minutes (a 200-tree forest of depth 8 pops about
-        a thousand boxes a second); the default 30 s keeps every query, hence every
+        overrun by about a millisecond). The box budget alone lets a hard query on a large
+        forest hold a worker for minutes (Credit RF 200x8 pops about 7,000 boxes a second
+        on its hard queries); the default 30 s keeps every query, hence every
         request, of one instance within about that. ``None``: no time limit.
     map_max_side : int
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.

@@ -2,18 +2,31 @@
 
 A best-first search that runs out of its boxes or time (``on_budget="best"``) holds
 certified target boxes (:func:`maps_core.lazy.best_first`'s incumbents), often far from the
-answer it did not reach. :func:`with_polished` looks for a nearer target *cell*:
+answer it did not reach. :func:`with_polished` looks for a nearer target *cell* by moves
+along one axis at a time, each axis scored whole (:func:`_line_scores`: a walk of each
+tree whose path tests that axis's feature, both ways only at the nodes that test it; less
+than the price of labelling one cell):
 
-* :func:`_greedy`: from x's own cell, one feature at a time, the move that raises the
-  target's margin most per unit of weighted change, until a target class wins;
-* :func:`_polish`: from a target cell, along the segment back towards x, then feature by
-  feature back towards x's cells while the class stays a target.
+* from x's own cell, :func:`_line_greedy`: each step takes the move that raises the
+  target's margin most per unit of distance added, a move credited with no more than
+  the margin still needed (else one costly winning move beats several cheap ones), until
+  a target class wins. It starts from each of the :data:`_STARTS` best first moves;
+* from each of the :data:`_POLISHED` nearest incumbents, :func:`_toward_x`: the first
+  target point on the segment from x to the box;
+* each result then goes through :func:`_line_polish`: coordinate descent, every axis in
+  turn moved to the cell nearest x where a target class still wins.
 
-Every cell is labelled exactly, by every tree from its root (:func:`_target_at`), so what
-these return is certified; but they are guesses, never part of a proof: an answer they
-give is marked not optimal, with the search's own lower bound. On Credit RF 100x5 (l1,
-100 queries stopped at 50 ms), they brought the worst unproven answer from 2.8x to 2.0x
-the optimum and the median from 8% to 6% above it.
+Every cell kept is labelled exactly, by every tree from its root (:func:`_target_at`), so
+what these return is certified; but they are guesses, never part of a proof: an answer they
+give is marked not optimal, with the search's own lower bound. They run within a deadline
+and a cap on tree leaves reached (:func:`_spent`).
+
+Credit, l1, searches stopped after their first box (the guesses and the nearest certified
+rectangles alone), distance over the exact optimum, median / 90th percentile / max: RF
+100x5 (100 queries) 21% / 3.1x / 110x with the earlier guesses (a greedy labelling 8
+cells per axis and step, then bisection back towards x), 0.9% / 11% / 60% with these in
+8 ms; RF 200x8 (the 12 of 20 queries whose optimum is known) 5.6x / 78x / 243x, then 0% /
+26% / 42% in 13 ms.
 """
 
 from __future__ import annotations
@@ -22,16 +35,37 @@ import numpy as np
 from numba import njit
 
 from ._bounds import label_cell
+from ._clock import clock
+from ._norms import L1, L2
 from .distance import NO_NRT, rect_dist
 
-# Points tried on the segment from x to an incumbent, and incumbents polished
-# (:func:`_polish`).
+# Points tried on the segment from x to an incumbent (:func:`_toward_x`), incumbents
+# polished, and greedy starts (:func:`with_polished`).
 _SEGMENT_STEPS = 32
 _POLISHED = 8
-# Tree walks all the guesses of one query may make (a cell's label walks every tree): they
-# run after the search's time is up, so they must stay short. Credit RF 100x5: about 3 ms;
-# without a cap the greedy alone took up to 20 ms (56 steps of 224 labels).
-_WORK = 300_000
+_STARTS = 6
+# Tree leaves all the guesses of one query may reach (a label reaches one per tree, an
+# axis scored by _line_scores one per leaf it meets): a backstop to the deadline. Credit
+# RF 200x8: 300k leaves take about 20 ms.
+_WORK = 1_000_000
+# Budget checks between two clock readings (a reading costs about 1 us, an axis scored
+# 5-15 us on Credit's forests).
+_CLOCK_EVERY = 4
+
+
+@njit(cache=True, nogil=True)
+def _spent(work, deadline):
+    """Whether the guesses' budget is spent: ``work[0]`` (tree leaves reached) at
+    :data:`_WORK`, or the clock past ``deadline`` (read every :data:`_CLOCK_EVERY` calls,
+    counted in ``work[1]``). Once spent, it stays spent."""
+    if work[0] >= _WORK:
+        return True
+    if deadline < np.inf:
+        work[1] += 1
+        if work[1] % _CLOCK_EVERY == 0 and clock() >= deadline:
+            work[0] = _WORK
+            return True
+    return False
 
 
 @njit(**NO_NRT)
@@ -69,91 +103,6 @@ def _cell_of(coff, cupp, f, v):
 
 
 @njit(**NO_NRT)
-def _polish(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat, coff,
-            clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, tie_high, tol, klo, khi, d0, cell,
-            ycell, best_cell, moved_f, act, start, cs, buf, trial_lo, trial_hi, a0, a1, work):
-    """A target cell nearer than ``d0`` (accumulated form), the distance of the incumbent
-    box whose cell nearest ``x`` is in ``ycell`` (shape (m,)), by moves towards ``x``:
-
-    * along the segment from x to that cell's nearest point y, the first of
-      :data:`_SEGMENT_STEPS` points that is of a target class (one-hot columns stay on
-      y's category, so every point is legal);
-    * then feature by feature, the costliest first, back to x's own cell, or failing that
-      to the first cell on the way (bisection, a guess) that stays of a target class,
-      until a pass changes nothing.
-
-    Every cell is labelled exactly (:func:`_target_at`): the one returned, in
-    ``best_cell``, is certified. ``act`` and ``start`` hold every tree and its root, ``cs``
-    the ensemble's base score. Returns its class and distance, or (-1, d0) when no move
-    found a nearer one. A guess, never part of a proof: it only gives a search stopped by
-    its budget a better answer to offer. It stops once ``work[0]`` reaches :data:`_WORK`.
-    """
-    m = x.shape[0]
-    best_lab = -1
-    best_d = d0
-    for s_ in range(1, _SEGMENT_STEPS):
-        t = s_ / _SEGMENT_STEPS
-        for f in range(m):
-            c = ycell[f]
-            if gcol[f] >= 0:
-                cell[f] = c
-                continue
-            y = min(max(x[f], clow[coff[f] + c]), cupp[coff[f] + c])
-            cell[f] = min(max(_cell_of(coff, cupp, f, x[f] + t * (y - x[f])), klo[f]), khi[f])
-        lab, d = _target_at(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols,
-                            gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv,
-                            tie_high, tol, cell, act, start, cs, buf, trial_lo, trial_hi, a0,
-                            a1, work)
-        if lab >= 0 and d < best_d:
-            best_lab = lab
-            best_d = d
-            break
-    for f in range(m):
-        cell[f] = ycell[f] if best_lab < 0 else cell[f]
-        best_cell[f] = cell[f]
-    changed = True
-    while changed and work[0] < _WORK:
-        changed = False
-        for f in range(m):
-            moved_f[f] = gcol[f] >= 0  # a one-hot column moves only with its group
-        for _ in range(m):
-            # the feature whose cell costs most first: the largest saving if it goes back
-            f = -1
-            top = -1.0
-            for g in range(m):
-                if not moved_f[g]:
-                    j = coff[g] + cell[g]
-                    gap = w[g] * max(clow[j] - x[g], x[g] - cupp[j], 0.0)
-                    if gap > top:
-                        top = gap
-                        f = g
-            if f < 0:
-                break
-            moved_f[f] = True
-            goal = min(max(_cell_of(coff, cupp, f, x[f]), klo[f]), khi[f])
-            far = cell[f]
-            near = goal  # from x's cell back towards the current one
-            while near != far and work[0] < _WORK:
-                cell[f] = near
-                lab, d = _target_at(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart,
-                                    gcols, gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut,
-                                    nl, nr, nv, tie_high, tol, cell, act, start, cs, buf,
-                                    trial_lo, trial_hi, a0, a1, work)
-                if lab >= 0 and d < best_d:
-                    far = near
-                    best_lab = lab
-                    best_d = d
-                    changed = True
-                    break
-                step = (far - near) // 2
-                near = near + step if step != 0 else far
-            cell[f] = far
-    for f in range(m):
-        best_cell[f] = cell[f]
-    return best_lab, best_d
-
-
-@njit(**NO_NRT)
 def _target_margin(tmask, buf):
     """Least margin of the best target class over every other class, from the scores
     ``buf`` :func:`label_cell` left (positive: a target class wins)."""
@@ -169,134 +118,347 @@ def _target_margin(tmask, buf):
 
 
 @njit(**NO_NRT)
-def _greedy(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat, coff,
-            clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, tie_high, tol, klo, khi, cell,
-            best_cell, act, start, cs, buf, trial_lo, trial_hi, a0, a1, work):
-    """A target cell found from ``x`` by greedy moves: from x's cell, each step moves one
-    feature by 1, 2, 4 or 8 cells either way, whichever raises the target's margin most
-    per unit of weighted change, until a target class wins (at most ``2 m`` steps; one-hot
-    columns stay). Returns (class, distance) with the cell in ``best_cell``, or (-1, inf)
-    (also when ``work[0]`` reaches :data:`_WORK` first). A guess, like :func:`_polish`,
-    that it feeds."""
-    m = x.shape[0]
-    for f in range(m):
-        cell[f] = min(max(_cell_of(coff, cupp, f, x[f]), klo[f]), khi[f])
-    label_cell(cell, act, act.shape[0], cs, nf, ncut, nl, nr, nv, start, tie_high, buf)
-    marg = _target_margin(tmask, buf)
-    for _ in range(2 * m):
-        if marg > tol or work[0] >= _WORK:
-            break
-        bf = -1
-        bc = 0
-        brate = 0.0
-        bmarg = marg
-        for f in range(m):
-            if gcol[f] >= 0 or w[f] <= 0.0:
+def _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot):
+    """The walks of ``cell`` (shape (m,)): per tree, its leaf ``leaf[t]`` and the features
+    its path tests, bits of ``fmask[t]`` (shape (T, words of 64 features)); the class
+    scores in ``tot`` (shape (c,)). Returns the trees walked (work, as for a label)."""
+    c = base.shape[0]
+    for k in range(c):
+        tot[k] = base[k]
+    for t in range(roots.shape[0]):
+        for q in range(fmask.shape[1]):
+            fmask[t, q] = 0
+        node = roots[t]
+        while nf[node] >= 0:
+            g = nf[node]
+            fmask[t, g >> 6] |= np.int64(1) << (g & 63)
+            node = nl[node] if cell[g] <= ncut[node] else nr[node]
+        leaf[t] = node
+        for k in range(c):
+            tot[k] += nv[node, k]
+    return roots.shape[0]
+
+
+@njit(**NO_NRT)
+def _line_scores(cell, f, j0, j1, nf, ncut, nl, nr, nv, roots, leaf, fmask, tot, stack, slo,
+                 shi, sc):
+    """Class scores of the cells ``j0..j1`` of feature ``f``, every other feature on its
+    cell of ``cell`` (whose walks :func:`_paths` left in ``leaf``, ``fmask`` and
+    ``tot``): rows ``0..j1 - j0`` of ``sc`` (shape (>= j1 - j0 + 3, c)).
+
+    A tree whose path does not test ``f`` keeps its leaf all along the axis; each other
+    tree is walked once, both ways only at the nodes that test ``f`` (each leaf reached
+    adds its values over its run of cells, as differences summed at the end): the
+    scores of a whole axis for less than the price of labelling one cell. Returns the
+    leaves reached (work)."""
+    c = tot.shape[0]
+    n = j1 - j0 + 1
+    const = sc[n + 1]  # the trees constant along the axis
+    for k in range(c):
+        const[k] = tot[k]
+    for r in range(n + 1):
+        for k in range(c):
+            sc[r, k] = 0.0
+    word = f >> 6
+    bit = np.int64(1) << (f & 63)
+    leaves = 0
+    for t in range(roots.shape[0]):
+        if fmask[t, word] & bit == 0:
+            continue
+        for k in range(c):
+            const[k] -= nv[leaf[t], k]
+        stack[0] = roots[t]
+        slo[0] = j0
+        shi[0] = j1
+        sp = 1
+        while sp > 0:
+            sp -= 1
+            node = stack[sp]
+            a = slo[sp]
+            b = shi[sp]
+            g = nf[node]
+            if g < 0:
+                leaves += 1
+                for k in range(c):
+                    sc[a - j0, k] += nv[node, k]
+                    sc[b + 1 - j0, k] -= nv[node, k]
                 continue
-            c0 = cell[f]
-            j0 = coff[f] + c0
-            g0 = w[f] * max(clow[j0] - x[f], x[f] - cupp[j0], 0.0)
-            for sgn in (-1, 1):
-                step = 1
-                while step <= 8:
-                    c = c0 + sgn * step
-                    step *= 2
-                    if c < klo[f] or c > khi[f]:
-                        break
-                    j = coff[f] + c
-                    g = w[f] * max(clow[j] - x[f], x[f] - cupp[j], 0.0)
-                    cell[f] = c
-                    work[0] += act.shape[0]
-                    label_cell(cell, act, act.shape[0], cs, nf, ncut, nl, nr, nv, start,
-                               tie_high, buf)
-                    mg = _target_margin(tmask, buf)
-                    cell[f] = c0
-                    if mg <= marg:
-                        continue
-                    rate = (mg - marg) / max(g - g0, 1e-12)
-                    if mg > tol and g <= g0:
-                        rate = np.inf
-                    if rate > brate:
-                        brate = rate
-                        bf = f
-                        bc = c
-                        bmarg = mg
-        if bf < 0:
-            return -1, np.inf
-        cell[bf] = bc
-        marg = bmarg
-    if marg <= tol:
-        return -1, np.inf
-    lab, d = _target_at(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost,
-                        xcat, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, tie_high, tol,
-                        cell, act, start, cs, buf, trial_lo, trial_hi, a0, a1, work)
-    for f in range(m):
-        best_cell[f] = cell[f]
-    return lab, d
+            cut = ncut[node]
+            if g != f:
+                stack[sp] = nl[node] if cell[g] <= cut else nr[node]
+                slo[sp] = a
+                shi[sp] = b
+                sp += 1
+                continue
+            if a <= cut:
+                stack[sp] = nl[node]
+                slo[sp] = a
+                shi[sp] = min(b, cut)
+                sp += 1
+            if b > cut:
+                stack[sp] = nr[node]
+                slo[sp] = max(a, cut + 1)
+                shi[sp] = b
+                sp += 1
+    for k in range(c):
+        run = const[k]
+        for r in range(n):
+            run += sc[r, k]
+            sc[r, k] = run
+    return leaves
+
+
+@njit(**NO_NRT)
+def _term(x, w, coff, clow, cupp, f, j):
+    """Weighted gap from ``x[f]`` to cell ``j`` of feature ``f`` (integrality ignored: a
+    ranking, the cell found is measured exactly by :func:`_target_at`)."""
+    q = coff[f] + j
+    return w[f] * max(clow[q] - x[f], x[f] - cupp[q], 0.0)
+
+
+@njit(**NO_NRT)
+def _swap(norm, total, old, new, rest):
+    """Accumulated distance with one feature's term ``old`` replaced by ``new``; ``rest``
+    is, for linf, the largest term of the other features."""
+    if norm == L1:
+        return total - old + new
+    if norm == L2:
+        return total - old * old + new * new
+    return max(rest, new)
+
+
+@njit(**NO_NRT)
+def _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, skip):
+    """Accumulated distance of ``cell`` over the features outside one-hot groups, and
+    for linf the largest term of the features other than ``skip``."""
+    total = 0.0
+    rest = 0.0
+    for g in range(x.shape[0]):
+        if gcol[g] >= 0:
+            continue
+        tg = _term(x, w, coff, clow, cupp, g, cell[g])
+        if norm == L1:
+            total += tg
+        elif norm == L2:
+            total += tg * tg
+        else:
+            total = max(total, tg)
+        if g != skip:
+            rest = max(rest, tg)
+    return total, rest
 
 
 @njit(cache=True, nogil=True)
-def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d):
-    """The incumbents ``i_*`` plus the nearest target cell :func:`_polish` finds from
-    the :data:`_POLISHED` nearest of the boxes ``b_lo..b_hi`` (distances ``b_d``), when it is
-    nearer than all of them."""
+def _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
+                tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win):
+    """Per feature ``f`` (shape (m,) outputs), the best move of ``cell[f]`` along its axis,
+    the other features fixed: to the cell ``mv_j[f]`` (-1: none raises the target's
+    margin) that raises the margin most per unit of distance added, ``mv_rate[f]``, a
+    gain counted up to the margin still needed; ``mv_win[f]`` is that cell's distance
+    (accumulated form) when a target class wins there, else inf. One-hot columns stay.
+    Returns the target's margin at ``cell``."""
+    m = x.shape[0]
+    leaf, fmask, tot, stack, slo, shi, sc = ws
+    work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
+    total, _ = _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, -1)
+    marg = -np.inf
+    for f in range(m):
+        mv_j[f] = -1
+        mv_rate[f] = 0.0
+        mv_win[f] = np.inf
+        if gcol[f] >= 0 or w[f] <= 0.0 or klo[f] == khi[f] or _spent(work, deadline):
+            continue
+        _, rest = _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, f)
+        work[0] += _line_scores(cell, f, klo[f], khi[f], nf, ncut, nl, nr, nv, roots, leaf,
+                                fmask, tot, stack, slo, shi, sc)
+        old = _term(x, w, coff, clow, cupp, f, cell[f])
+        here = _target_margin(tmask, sc[cell[f] - klo[f]])
+        marg = max(marg, here)
+        need = tol - here + 1e-9 * (1.0 + abs(here))  # just beyond the tolerance
+        for j in range(klo[f], khi[f] + 1):
+            mg = _target_margin(tmask, sc[j - klo[f]])
+            if mg <= here:
+                continue
+            d = _swap(norm, total, old, _term(x, w, coff, clow, cupp, f, j), rest)
+            rate = min(mg - here, need) / max(d - total, 1e-300)
+            if rate > mv_rate[f]:
+                mv_rate[f] = rate
+                mv_j[f] = j
+                mv_win[f] = d if mg > tol else np.inf
+    return marg
+
+
+@njit(cache=True, nogil=True)
+def _line_greedy(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
+                 tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win):
+    """From ``cell`` (updated in place), the best move of :func:`_line_moves` at each step
+    until a target class wins (by the summed scores: the caller labels the cell exactly);
+    at most ``4 m`` steps. Returns whether one does."""
+    for _ in range(4 * x.shape[0]):
+        if _spent(work, deadline):
+            return False
+        marg = _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv,
+                           roots, base, tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate,
+                           mv_win)
+        if marg > tol:
+            return True
+        bf = np.argmax(mv_rate)
+        if mv_j[bf] < 0:
+            return False
+        cell[bf] = mv_j[bf]
+        if mv_win[bf] < np.inf:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
+                 tol, klo, khi, cell, ws, work, deadline):
+    """Coordinate descent from a target cell (``cell``, updated in place): every axis in
+    turn moves to its cell nearest ``x`` where a target class still wins, until a pass
+    changes nothing. Every move brings a feature nearer ``x``, so it ends."""
+    m = x.shape[0]
+    leaf, fmask, tot, stack, slo, shi, sc = ws
+    work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
+    changed = True
+    while changed:
+        changed = False
+        for f in range(m):
+            if gcol[f] >= 0 or w[f] <= 0.0 or klo[f] == khi[f]:
+                continue
+            old = _term(x, w, coff, clow, cupp, f, cell[f])
+            if old <= 0.0:
+                continue
+            if _spent(work, deadline):
+                return
+            work[0] += _line_scores(cell, f, klo[f], khi[f], nf, ncut, nl, nr, nv, roots,
+                                    leaf, fmask, tot, stack, slo, shi, sc)
+            bj = cell[f]
+            for j in range(klo[f], khi[f] + 1):
+                tj = _term(x, w, coff, clow, cupp, f, j)
+                if tj < old and _target_margin(tmask, sc[j - klo[f]]) > tol:
+                    old = tj
+                    bj = j
+            if bj != cell[f]:
+                cell[f] = bj
+                changed = True
+                work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
+
+
+@njit(**NO_NRT)
+def _toward_x(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat, coff,
+              clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, tie_high, tol, klo, khi, ycell,
+              cell, act, start, cs, buf, trial_lo, trial_hi, a0, a1, work):
+    """Into ``cell``: the first of :data:`_SEGMENT_STEPS` points on the segment from x to
+    y, the point of the cell ``ycell`` nearest x (a cell of a target box), whose cell is of
+    a target class (one-hot columns stay on y's category, so every point is legal); else
+    ``ycell`` itself."""
+    m = x.shape[0]
+    for s_ in range(1, _SEGMENT_STEPS):
+        t = s_ / _SEGMENT_STEPS
+        for f in range(m):
+            c = ycell[f]
+            if gcol[f] >= 0:
+                cell[f] = c
+                continue
+            y = min(max(x[f], clow[coff[f] + c]), cupp[coff[f] + c])
+            cell[f] = min(max(_cell_of(coff, cupp, f, x[f] + t * (y - x[f])), klo[f]), khi[f])
+        lab, _ = _target_at(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols,
+                            gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv,
+                            tie_high, tol, cell, act, start, cs, buf, trial_lo, trial_hi, a0,
+                            a1, work)
+        if lab >= 0:
+            return
+    for f in range(m):
+        cell[f] = ycell[f]
+
+
+@njit(cache=True, nogil=True)
+def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d, deadline):
+    """The incumbents ``i_*`` plus the nearest target cell the guesses find (the greedy
+    from x, and the :data:`_POLISHED` nearest of the boxes ``b_lo..b_hi``, distances
+    ``b_d``, brought towards x), when it is nearer than all of those boxes. They stop at
+    ``deadline`` (a :func:`~maps_core._clock.clock` time; ``inf``: only the cap on
+    work)."""
     if b_d.shape[0] == 0:
         return i_lo, i_hi, i_lab, i_d
     m = q.x.shape[0]
-    nf, ncut, nl, nr, nv, roots, base, tie_high, tol, _, _ = kern
+    nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
+    x, w, norm, cmin, cmax, integral, tmask, _, gcol, gstart, gcols, gcost, xcat = q
+    coff, clow, cupp, clcl, cucl = ce
     T = roots.shape[0]
     act = np.arange(T).astype(np.int32)
     start = roots.astype(np.int32)
     cell = np.empty(m, dtype=np.int32)
+    xcell = np.empty(m, dtype=np.int32)
     ycell = np.empty(m, dtype=np.int32)
-    found = np.empty((1, m), dtype=np.int32)
-    best_cell = np.empty(m, dtype=np.int32)
+    best_cell = np.empty((1, m), dtype=np.int32)
     trial_lo = np.empty((1, m), dtype=np.int32)
     trial_hi = np.empty((1, m), dtype=np.int32)
-    moved_f = np.empty(m, dtype=np.bool_)
     a0 = np.empty(m, dtype=np.bool_)
     a1 = np.empty(m, dtype=np.bool_)
     buf = np.empty(base.shape[0])
     cs = base.copy()
-    work = np.zeros(1, dtype=np.int64)
+    work = np.zeros(2, dtype=np.int64)
+    # workspaces of the axis scores: a DFS stack with each entry's run of cells, and the
+    # scores of the widest axis
+    ws = (np.empty(T, dtype=np.int64), np.empty((T, (m + 63) // 64), dtype=np.int64),
+          np.empty(base.shape[0]), np.empty(max_depth_nodes + 2, dtype=np.int32),
+          np.empty(max_depth_nodes + 2, dtype=np.int32),
+          np.empty(max_depth_nodes + 2, dtype=np.int32),
+          np.empty((np.max(coff[1:] - coff[:-1]) + 3, base.shape[0])))
+    mv_j = np.empty(m, dtype=np.int64)
+    mv_rate = np.empty(m)
+    mv_win = np.empty(m)
+    for f in range(m):
+        xcell[f] = min(max(_cell_of(coff, cupp, f, x[f]), klo[f]), khi[f])
     order = np.argsort(b_d)
     best_d = b_d[order[0]]
     best_lab = -1
-    lab, d = _greedy(q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, q.tmask, q.gcol, q.gstart,
-                     q.gcols, q.gcost, q.xcat, ce.coff, ce.clow, ce.cupp, ce.clcl, ce.cucl, nf,
-                     ncut, nl, nr, nv, tie_high, tol, klo, khi, cell, best_cell, act, start, cs,
-                     buf, trial_lo, trial_hi, a0, a1, work)
-    if lab >= 0 and d < best_d:
-        best_d = d
-        best_lab = lab
-        found[0] = best_cell
-        lab, d = _polish(q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, q.tmask, q.gcol,
-                         q.gstart, q.gcols, q.gcost, q.xcat, ce.coff, ce.clow, ce.cupp, ce.clcl,
-                         ce.cucl, nf, ncut, nl, nr, nv, tie_high, tol, klo, khi, best_d,
-                         cell, found[0].copy(), best_cell, moved_f, act, start, cs, buf,
-                         trial_lo, trial_hi, a0, a1, work)
-        if lab >= 0 and d < best_d:
-            best_d = d
-            best_lab = lab
-            found[0] = best_cell
-    for j in order[:_POLISHED]:
-        if work[0] >= _WORK:
+    # the greedy from x, started from each of the best first moves
+    for f in range(m):
+        cell[f] = xcell[f]
+    _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
+                tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win)
+    first = np.argsort(-mv_rate)[:_STARTS]
+    first_j = mv_j[first]
+    first_win = mv_win[first]
+    # then the nearest incumbents, each brought towards x
+    n_tries = first.shape[0] + min(_POLISHED, order.shape[0])
+    for k in range(n_tries):
+        if _spent(work, deadline):
             break
-        for f in range(m):  # the box's cell nearest x (x's own cell when inside)
-            xc = min(max(_cell_of(ce.coff, ce.cupp, f, q.x[f]), klo[f]), khi[f])
-            ycell[f] = min(max(xc, b_lo[j, f]), b_hi[j, f])
-        lab, d = _polish(q.x, q.w, q.norm, q.cmin, q.cmax, q.integral, q.tmask, q.gcol,
-                         q.gstart, q.gcols, q.gcost, q.xcat, ce.coff, ce.clow, ce.cupp, ce.clcl,
-                         ce.cucl, nf, ncut, nl, nr, nv, tie_high, tol, klo, khi, best_d, cell,
-                         ycell, best_cell, moved_f, act, start, cs, buf, trial_lo, trial_hi, a0,
-                         a1, work)
+        if k < first.shape[0]:
+            if first_j[k] < 0:
+                continue
+            for f in range(m):
+                cell[f] = xcell[f]
+            cell[first[k]] = first_j[k]
+            if first_win[k] == np.inf and not _line_greedy(
+                    x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots,
+                    base, tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win):
+                continue
+        else:
+            j = order[k - first.shape[0]]
+            for f in range(m):  # the box's cell nearest x
+                ycell[f] = min(max(xcell[f], b_lo[j, f]), b_hi[j, f])
+            _toward_x(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost,
+                      xcat, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, tie_high, tol,
+                      klo, khi, ycell, cell, act, start, cs, buf, trial_lo, trial_hi, a0,
+                      a1, work)
+        _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots,
+                     base, tol, klo, khi, cell, ws, work, deadline)
+        lab, d = _target_at(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols,
+                            gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv,
+                            tie_high, tol, cell, act, start, cs, buf, trial_lo, trial_hi, a0,
+                            a1, work)
         if lab >= 0 and d < best_d:
             best_d = d
             best_lab = lab
-            found[0] = best_cell
+            best_cell[0] = cell
     if best_lab < 0:
         return i_lo, i_hi, i_lab, i_d
-    return (np.concatenate((i_lo, found)), np.concatenate((i_hi, found)),
+    return (np.concatenate((i_lo, best_cell)), np.concatenate((i_hi, best_cell)),
             np.concatenate((i_lab, np.full(1, best_lab))),
             np.concatenate((i_d, np.full(1, best_d))))
 

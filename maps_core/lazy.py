@@ -47,11 +47,10 @@ to just above that cell's distance.
 
 from __future__ import annotations
 
-import time
 from collections import namedtuple
 
 import numpy as np
-from numba import njit, objmode
+from numba import njit
 
 from ._bounds import (
     SWEEP_REACH,
@@ -62,6 +61,7 @@ from ._bounds import (
     sweep_bound,
     sweep_workspace,
 )
+from ._clock import clock
 from ._heap import grow, is_kd, kd_entry, kd_node, kd_owner, pop, push, slot
 from ._incumbent import with_polished
 from ._norms import L0, L1, L2, LINF, accumulate_radius, fold
@@ -222,7 +222,10 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
     kd_pops = 0
     evaluated = 0
     pops = 0
-    deadline = clock() + max_seconds if max_seconds < np.inf else np.inf
+    t0 = clock()
+    # a search that answers with the best found leaves the last moments to its guesses
+    reserve = min(GUESS_SHARE * max_seconds, GUESS_SECONDS) if keep_best else 0.0
+    deadline = t0 + max_seconds - reserve if max_seconds < np.inf else np.inf
     cap = np.inf  # the k-th nearest certified target rectangle, once a round has failed
     # the nearest certified target rectangles (cap search), incumbents if the search stops
     e_lo = np.empty((0, q.x.shape[0]), dtype=np.int32)
@@ -262,12 +265,13 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
                                                                         khi)
                     kd_pops += kp
                     evaluated += ev
-                # The nearest box met, polished into a nearer target cell when moves
-                # towards x find one (Credit RF 100x5, l1, stopped at 50 ms: see the README).
+                # A nearer target cell, when the guesses find one (Credit RF 100x5, l1,
+                # stopped at 50 ms: see the README).
                 i_lo, i_hi, i_lab, i_d = with_polished(
                     q, ce, kern, klo, khi, np.concatenate((c_lo, i_lo, u_lo, r_lo)),
                     np.concatenate((c_hi, i_hi, u_hi, r_hi)),
-                    np.concatenate((c_d, i_d, u_d, r_d)), i_lo, i_hi, i_lab, i_d)
+                    np.concatenate((c_d, i_d, u_d, r_d)), i_lo, i_hi, i_lab, i_d,
+                    min(t0 + max_seconds, clock() + GUESS_SECONDS))
             return (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
                     np.concatenate((i_lo, u_lo, r_lo)), np.concatenate((i_hi, u_hi, r_hi)),
                     np.concatenate((i_lab, u_lab, r_lab)), np.concatenate((i_d, u_d, r_d)),
@@ -330,6 +334,15 @@ def _least(d):
 # 8/17/20% fewer mixed boxes (l1/l2/linf) for 77/38/7% more (cheap) KD nodes, and Credit
 # RF 100x5, whose slow queries run ten rounds or more, keeps all of its gain.
 _CAP_ROUND = 3
+
+# The guesses of a search that stops and answers with the best found
+# (:func:`~maps_core._incumbent.with_polished`) run for at most GUESS_SECONDS; with a time
+# limit, the search itself stops GUESS_SHARE of it (at most GUESS_SECONDS) early to leave
+# them that time, so that the answer comes within the limit. On Credit's random forests
+# (100x5, 200x8) they take 5-10 ms to come within a few percent of the optimum at the
+# median (see _incumbent); with a 50 ms limit, the search still proves as many answers.
+GUESS_SECONDS = 0.01
+GUESS_SHARE = 0.2
 
 
 @njit(**NO_NRT)
@@ -621,22 +634,14 @@ _DONE, _NEED_ROOM, _OUT_OF_POPS = 0, 1, 2
 #: How a search ended (:func:`best_first`): every box it had to see was seen; out of its
 #: box budget; out of its time.
 COMPLETE, OUT_OF_BOXES, OUT_OF_TIME = 0, 1, 2
-#: Mixed-region boxes popped between two clock readings when a search has a deadline: a
-#: reading takes the GIL for about 1 us, a box costs 5 us (CP) to 1 ms (a 200-tree forest
-#: of depth 8), so the check costs at most 0.3% and a search overruns its time by about
-#: 2 ms on Credit RF 100x5 (25-30 us a box), 64 ms on the 200x8 forest. It was 256: a
-#: 20 ms limit (``on_budget="best"``) then overran by up to 7 ms on Credit RF 100x5.
+#: Most mixed-region boxes popped between two clock readings when a search has a
+#: deadline. A reading takes the GIL for about 1 us and a box costs 5 us (CP) to 1 ms (a
+#: 200-tree forest of depth 8), so the clock is read about every CLOCK_SECONDS of boxes (at
+#: the rate measured so far in the round), after one box at first: the check costs at most
+#: 0.3%, and a search overruns its time by about a millisecond. With a fixed 64 boxes it
+#: overran by 2 ms on Credit RF 100x5 and 64 ms on the 200x8 forest.
 CLOCK_EVERY = 64
-
-
-@njit(cache=True)
-def clock():
-    """``time.perf_counter()`` for compiled code: one call in object mode, which takes the
-    GIL for its duration (about 1 us). A function of its own, compiled without ``nogil``:
-    inside a ``nogil`` one, numba warns at every load that object mode runs serially."""
-    with objmode(t="float64"):
-        t = time.perf_counter()
-    return t
+CLOCK_SECONDS = 0.001
 
 
 @njit(cache=True, nogil=True)
@@ -648,7 +653,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
     within the cells ``klo..khi`` (:func:`reachable_cells`); when ``deadline`` is finite,
-    the clock is read at the start and every :data:`CLOCK_EVERY` boxes.
+    the clock is read at the start and about every :data:`CLOCK_SECONDS` of boxes.
 
     Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
     i_lo, i_hi, i_lab, i_d, low): candidate boxes (certified rectangles or certified
@@ -731,10 +736,12 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     timed = deadline < np.inf
     code = _DONE
     # a round starts only within the time (the deepening rounds may be many short ones)
-    late = timed and with_mixed and clock() >= deadline
+    t_start = clock() if timed and with_mixed else 0.0
+    late = timed and with_mixed and t_start >= deadline
+    every = 1  # boxes between two clock readings
     while not late:
-        # with a deadline, the loop stops every CLOCK_EVERY boxes to read the clock
-        pause = min(max_pops, st[_POPS] + CLOCK_EVERY) if timed else max_pops
+        # with a deadline, the loop stops every few boxes to read the clock
+        pause = min(max_pops, st[_POPS] + every) if timed else max_pops
         code = _search_loop(
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, labels, rlo, rhi, coff, clow,
@@ -743,7 +750,10 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
             c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange, top_n, stack,
             mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell, pbox_lo, pbox_hi)
         if code == _OUT_OF_POPS and st[_POPS] < max_pops:
-            if clock() < deadline:
+            now = clock()
+            if now < deadline:
+                per_box = (now - t_start) / max(st[_POPS], 1)
+                every = max(1, min(CLOCK_EVERY, int(CLOCK_SECONDS / max(per_box, 1e-9))))
                 continue
             late = True
             break
@@ -936,4 +946,4 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
 
 
 __all__ = ["COMPLETE", "OUT_OF_BOXES", "OUT_OF_TIME", "Cells", "Forest", "Query", "best_first",
-           "clip_to_ball", "clock", "reachable_cells"]
+           "clip_to_ball", "reachable_cells"]

@@ -317,10 +317,13 @@ class CounterfactualMaps:
             :class:`BudgetExceededError`.
         max_seconds : float, optional
             Most seconds one instance's search of mixed regions may take (default: no
-            limit), checked every :data:`maps_core.lazy.CLOCK_EVERY` boxes, so a search
-            may overrun it by that many boxes. Beyond it, :class:`BudgetExceededError`:
-            what a service needs to keep one hard query from holding a worker for
-            minutes (a 200-tree forest of depth 8 pops about a thousand boxes a second).
+            limit), the clock read about every :data:`maps_core.lazy.CLOCK_SECONDS` of
+            boxes, so a search may overrun it by about that. Beyond it,
+            :class:`BudgetExceededError`: what a service needs to keep one hard query
+            from holding a worker for minutes (Credit RF 200x8 pops about 7,000 boxes a
+            second on its hard queries). With ``on_budget="best"``, the search stops
+            :data:`maps_core.lazy.GUESS_SHARE` of it early (at most ``GUESS_SECONDS``)
+            to leave that time to its guesses for a nearer answer.
         on_budget : {"error", "best"}
             What a search out of ``max_boxes`` or ``max_seconds`` does: raise
             :class:`BudgetExceededError` (default: every answer is certified optimal), or

@@ -34,12 +34,13 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from ._clock import clock
 from ._norms import L0, L2, LINF, finish
 from .distance import rect_dist
 from .engine import SearchEngine
 from .exceptions import BudgetExceededError
 from .grid import cells_kernel
-from .lazy import COMPLETE, OUT_OF_TIME, Query, best_first, clock
+from .lazy import COMPLETE, OUT_OF_TIME, Query, best_first
 from .options import QueryOptions
 from .partition import MIXED, refine_region
 
