@@ -7,14 +7,16 @@ along one axis at a time, each axis scored whole (:func:`_line_scores`: a walk o
 tree whose path tests that axis's feature, both ways only at the nodes that test it; less
 than the price of labelling one cell):
 
-* from x's own cell, :func:`_line_greedy`: each step takes the move that raises the
-  target's margin most per unit of distance added, a move credited with no more than
-  the margin still needed (else one costly winning move beats several cheap ones), until
-  a target class wins. It starts from each of the :data:`_STARTS` best first moves;
+* from x's own cell, :func:`_line_greedy`: each step takes the move (a feature along its
+  axis, or a one-hot group to another category) that raises the target's margin most per
+  unit of distance added, a move credited with no more than the margin still needed
+  (else one costly winning move beats several cheap ones), until a target class wins. It
+  starts from each of the :data:`_STARTS` best first moves;
 * from each of the :data:`_POLISHED` nearest incumbents, :func:`_toward_x`: the first
   target point on the segment from x to the box;
 * each result then goes through :func:`_line_polish`: coordinate descent, every axis in
-  turn moved to the cell nearest x where a target class still wins.
+  turn moved to the cell nearest x where a target class still wins, every switched group
+  back to x's category if a target class still wins there.
 
 Every cell kept is labelled exactly, by every tree from its root (:func:`_target_at`), so
 what these return is certified; but they are guesses, never part of a proof: an answer they
@@ -26,7 +28,9 @@ rectangles alone), distance over the exact optimum, median / 90th percentile / m
 100x5 (100 queries) 21% / 3.1x / 110x with the earlier guesses (a greedy labelling 8
 cells per axis and step, then bisection back towards x), 0.9% / 11% / 60% with these in
 8 ms; RF 200x8 (the 12 of 20 queries whose optimum is known) 5.6x / 78x / 243x, then 0% /
-26% / 42% in 13 ms.
+26% / 42% in 13 ms. Category switches among the moves: on the mixed-type data of
+``tests/core/test_constraints`` (RF 60x6, switches costing 0.3, 240 queries), p90 / max
+20% / 2.9x without them, 0% / 23% with them.
 """
 
 from __future__ import annotations
@@ -228,69 +232,142 @@ def _swap(norm, total, old, new, rest):
 
 
 @njit(**NO_NRT)
-def _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, skip):
-    """Accumulated distance of ``cell`` over the features outside one-hot groups, and
-    for linf the largest term of the features other than ``skip``."""
+def _group_term(g, cell, gr):
+    """Cost of group ``g``'s category in ``cell``: 0 when x's category may stay (its
+    column's cell holds 1, every other column's 0; as ``distance.groups_cost`` decides),
+    else the group's switching cost. ``gr`` = (gstart, gcols, gcost, xcat, zero_cell,
+    one_cell): per column, its cells holding 0 and 1."""
+    gstart, gcols, gcost, xcat, zero_cell, one_cell = gr
+    forced = -1
+    n_forced = 0
+    for i in range(gstart[g], gstart[g + 1]):
+        j = gcols[i]
+        if cell[j] != zero_cell[j]:
+            forced = j
+            n_forced += 1
+    cur = xcat[g]
+    if cur < 0:
+        return gcost[g]
+    stay = forced == cur if n_forced == 1 else cell[cur] == one_cell[cur]
+    return 0.0 if stay else gcost[g]
+
+
+@njit(**NO_NRT)
+def _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, skip, gr):
+    """Accumulated distance of ``cell`` (features and one-hot groups, see
+    :func:`_group_term`), and for linf the largest term other than that of ``skip``: a
+    feature, or ``m + g`` for group ``g``."""
+    m = x.shape[0]
     total = 0.0
     rest = 0.0
-    for g in range(x.shape[0]):
-        if gcol[g] >= 0:
-            continue
-        tg = _term(x, w, coff, clow, cupp, g, cell[g])
+    n_groups = gr[2].shape[0]
+    for u in range(m + n_groups):
+        if u < m:
+            if gcol[u] >= 0:
+                continue
+            tg = _term(x, w, coff, clow, cupp, u, cell[u])
+        else:
+            tg = _group_term(u - m, cell, gr)
         if norm == L1:
             total += tg
         elif norm == L2:
             total += tg * tg
         else:
             total = max(total, tg)
-        if g != skip:
+        if u != skip:
             rest = max(rest, tg)
     return total, rest
 
 
+@njit(**NO_NRT)
+def _set_category(cell, g, k, gr):
+    """Put group ``g`` on the category of column ``k`` in ``cell``."""
+    gstart, gcols, _, _, zero_cell, one_cell = gr
+    for i in range(gstart[g], gstart[g + 1]):
+        j = gcols[i]
+        cell[j] = one_cell[j] if j == k else zero_cell[j]
+
+
+@njit(**NO_NRT)
+def _apply(cell, u, j, gr):
+    """Make move ``u`` (see :func:`_line_moves`) to ``j`` in ``cell``."""
+    m = cell.shape[0]
+    if u < m:
+        cell[u] = j
+    else:
+        _set_category(cell, u - m, j, gr)
+
+
 @njit(cache=True, nogil=True)
 def _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
-                tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win):
-    """Per feature ``f`` (shape (m,) outputs), the best move of ``cell[f]`` along its axis,
-    the other features fixed: to the cell ``mv_j[f]`` (-1: none raises the target's
-    margin) that raises the margin most per unit of distance added, ``mv_rate[f]``, a
-    gain counted up to the margin still needed; ``mv_win[f]`` is that cell's distance
-    (accumulated form) when a target class wins there, else inf. One-hot columns stay.
+                tol, klo, khi, cell, ws, gr, work, deadline, mv_j, mv_rate, mv_win):
+    """The best move of each kind from ``cell``, in the outputs (shape (m + groups,)):
+    move ``u < m`` sets feature ``u``'s cell (the others fixed, scored along its whole axis
+    by :func:`_line_scores`), move ``m + g`` puts group ``g`` on another category (each
+    labelled). Per move: the cell or category column ``mv_j[u]`` (-1: none raises the
+    target's margin) that raises the margin most per unit of distance added,
+    ``mv_rate[u]``, a gain counted up to the margin still needed; ``mv_win[u]`` is that
+    choice's distance (accumulated form) when a target class wins there, else inf.
     Returns the target's margin at ``cell``."""
     m = x.shape[0]
-    leaf, fmask, tot, stack, slo, shi, sc = ws
+    leaf, fmask, tot, stack, slo, shi, sc, trial = ws
+    gstart, gcols = gr[0], gr[1]
     work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
-    total, _ = _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, -1)
-    marg = -np.inf
-    for f in range(m):
-        mv_j[f] = -1
-        mv_rate[f] = 0.0
-        mv_win[f] = np.inf
-        if gcol[f] >= 0 or w[f] <= 0.0 or klo[f] == khi[f] or _spent(work, deadline):
+    marg = _target_margin(tmask, tot)
+    total, _ = _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, -1, gr)
+    for u in range(mv_j.shape[0]):
+        mv_j[u] = -1
+        mv_rate[u] = 0.0
+        mv_win[u] = np.inf
+    for u in range(mv_j.shape[0]):
+        if _spent(work, deadline):
+            break
+        if u < m and (gcol[u] >= 0 or w[u] <= 0.0 or klo[u] == khi[u]):
             continue
-        _, rest = _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, f)
-        work[0] += _line_scores(cell, f, klo[f], khi[f], nf, ncut, nl, nr, nv, roots, leaf,
-                                fmask, tot, stack, slo, shi, sc)
-        old = _term(x, w, coff, clow, cupp, f, cell[f])
-        here = _target_margin(tmask, sc[cell[f] - klo[f]])
-        marg = max(marg, here)
+        _, rest = _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, u, gr)
+        here = marg  # the margin at cell, summed as the moves' are (rounding)
+        if u < m:
+            work[0] += _line_scores(cell, u, klo[u], khi[u], nf, ncut, nl, nr, nv, roots, leaf,
+                                    fmask, tot, stack, slo, shi, sc)
+            old = _term(x, w, coff, clow, cupp, u, cell[u])
+            n_opt = khi[u] - klo[u] + 1
+            here = _target_margin(tmask, sc[cell[u] - klo[u]])
+        else:
+            old = _group_term(u - m, cell, gr)
+            n_opt = gstart[u - m + 1] - gstart[u - m]
         need = tol - here + 1e-9 * (1.0 + abs(here))  # just beyond the tolerance
-        for j in range(klo[f], khi[f] + 1):
-            mg = _target_margin(tmask, sc[j - klo[f]])
-            if mg <= here:
+        for r in range(n_opt):
+            if u < m:
+                j = klo[u] + r
+                if j == cell[u]:
+                    continue
+                mg = _target_margin(tmask, sc[r])
+                new = _term(x, w, coff, clow, cupp, u, j)
+            else:
+                j = gcols[gstart[u - m] + r]
+                trial[:] = cell
+                _set_category(trial, u - m, j, gr)
+                if np.all(trial == cell):
+                    continue
+                # the trees' paths of the cell itself are no longer needed: the axes
+                # are all scored
+                work[0] += _paths(trial, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
+                mg = _target_margin(tmask, tot)
+                new = _group_term(u - m, trial, gr)
+            if mg <= here + 1e-12 * (1.0 + abs(here)):
                 continue
-            d = _swap(norm, total, old, _term(x, w, coff, clow, cupp, f, j), rest)
+            d = _swap(norm, total, old, new, rest)
             rate = min(mg - here, need) / max(d - total, 1e-300)
-            if rate > mv_rate[f]:
-                mv_rate[f] = rate
-                mv_j[f] = j
-                mv_win[f] = d if mg > tol else np.inf
+            if rate > mv_rate[u]:
+                mv_rate[u] = rate
+                mv_j[u] = j
+                mv_win[u] = d if mg > tol else np.inf
     return marg
 
 
 @njit(cache=True, nogil=True)
 def _line_greedy(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
-                 tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win):
+                 tol, klo, khi, cell, ws, gr, work, deadline, mv_j, mv_rate, mv_win):
     """From ``cell`` (updated in place), the best move of :func:`_line_moves` at each step
     until a target class wins (by the summed scores: the caller labels the cell exactly);
     at most ``4 m`` steps. Returns whether one does."""
@@ -298,27 +375,29 @@ def _line_greedy(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv
         if _spent(work, deadline):
             return False
         marg = _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv,
-                           roots, base, tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate,
-                           mv_win)
+                           roots, base, tol, klo, khi, cell, ws, gr, work, deadline, mv_j,
+                           mv_rate, mv_win)
         if marg > tol:
             return True
-        bf = np.argmax(mv_rate)
-        if mv_j[bf] < 0:
+        u = np.argmax(mv_rate)
+        if mv_j[u] < 0:
             return False
-        cell[bf] = mv_j[bf]
-        if mv_win[bf] < np.inf:
+        _apply(cell, u, mv_j[u], gr)
+        if mv_win[u] < np.inf:
             return True
     return False
 
 
 @njit(cache=True, nogil=True)
 def _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
-                 tol, klo, khi, cell, ws, work, deadline):
+                 tol, klo, khi, cell, ws, gr, work, deadline):
     """Coordinate descent from a target cell (``cell``, updated in place): every axis in
-    turn moves to its cell nearest ``x`` where a target class still wins, until a pass
-    changes nothing. Every move brings a feature nearer ``x``, so it ends."""
+    turn moves to its cell nearest ``x`` where a target class still wins, and every
+    switched group back to x's category if a target class still wins there, until a pass
+    changes nothing. Every move brings the cell nearer ``x``, so it ends."""
     m = x.shape[0]
-    leaf, fmask, tot, stack, slo, shi, sc = ws
+    leaf, fmask, tot, stack, slo, shi, sc, trial = ws
+    xcat = gr[3]
     work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
     changed = True
     while changed:
@@ -342,6 +421,17 @@ def _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv
             if bj != cell[f]:
                 cell[f] = bj
                 changed = True
+                work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
+        for g in range(gr[2].shape[0]):
+            if _group_term(g, cell, gr) <= 0.0 or _spent(work, deadline):
+                continue
+            trial[:] = cell
+            _set_category(trial, g, xcat[g], gr)
+            work[0] += _paths(trial, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
+            if _target_margin(tmask, tot) > tol and _group_term(g, trial, gr) <= 0.0:
+                cell[:] = trial
+                changed = True
+            else:  # back to the cell's own paths
                 work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
 
 
@@ -400,18 +490,27 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
     buf = np.empty(base.shape[0])
     cs = base.copy()
     work = np.zeros(2, dtype=np.int64)
-    # workspaces of the axis scores: a DFS stack with each entry's run of cells, and the
-    # scores of the widest axis
+    # workspaces of the moves: the trees' paths of a cell (_paths), a DFS stack with each
+    # entry's run of cells and the scores of the widest axis (_line_scores), a trial cell
     ws = (np.empty(T, dtype=np.int64), np.empty((T, (m + 63) // 64), dtype=np.int64),
           np.empty(base.shape[0]), np.empty(max_depth_nodes + 2, dtype=np.int32),
           np.empty(max_depth_nodes + 2, dtype=np.int32),
           np.empty(max_depth_nodes + 2, dtype=np.int32),
-          np.empty((np.max(coff[1:] - coff[:-1]) + 3, base.shape[0])))
-    mv_j = np.empty(m, dtype=np.int64)
-    mv_rate = np.empty(m)
-    mv_win = np.empty(m)
+          np.empty((np.max(coff[1:] - coff[:-1]) + 3, base.shape[0])),
+          np.empty(m, dtype=np.int32))
+    # the one-hot groups, with each column's cells holding 0 and 1 (_group_term)
+    zero_cell = np.full(m, -1, dtype=np.int32)
+    one_cell = np.full(m, -1, dtype=np.int32)
     for f in range(m):
         xcell[f] = min(max(_cell_of(coff, cupp, f, x[f]), klo[f]), khi[f])
+        if gcol[f] >= 0:
+            zero_cell[f] = _cell_of(coff, cupp, f, 0.0)
+            one_cell[f] = _cell_of(coff, cupp, f, 1.0)
+    gr = (gstart, gcols, gcost, xcat, zero_cell, one_cell)
+    n_moves = m + gcost.shape[0]
+    mv_j = np.empty(n_moves, dtype=np.int64)
+    mv_rate = np.empty(n_moves)
+    mv_win = np.empty(n_moves)
     order = np.argsort(b_d)
     best_d = b_d[order[0]]
     best_lab = -1
@@ -419,7 +518,7 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
     for f in range(m):
         cell[f] = xcell[f]
     _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
-                tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win)
+                tol, klo, khi, cell, ws, gr, work, deadline, mv_j, mv_rate, mv_win)
     first = np.argsort(-mv_rate)[:_STARTS]
     first_j = mv_j[first]
     first_win = mv_win[first]
@@ -433,10 +532,10 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
                 continue
             for f in range(m):
                 cell[f] = xcell[f]
-            cell[first[k]] = first_j[k]
+            _apply(cell, first[k], first_j[k], gr)
             if first_win[k] == np.inf and not _line_greedy(
                     x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots,
-                    base, tol, klo, khi, cell, ws, work, deadline, mv_j, mv_rate, mv_win):
+                    base, tol, klo, khi, cell, ws, gr, work, deadline, mv_j, mv_rate, mv_win):
                 continue
         else:
             j = order[k - first.shape[0]]
@@ -447,7 +546,7 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
                       klo, khi, ycell, cell, act, start, cs, buf, trial_lo, trial_hi, a0,
                       a1, work)
         _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots,
-                     base, tol, klo, khi, cell, ws, work, deadline)
+                     base, tol, klo, khi, cell, ws, gr, work, deadline)
         lab, d = _target_at(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols,
                             gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv,
                             tie_high, tol, cell, act, start, cs, buf, trial_lo, trial_hi, a0,

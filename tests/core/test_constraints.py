@@ -24,7 +24,7 @@ import pytest
 from sklearn.ensemble import ExtraTreesClassifier, GradientBoostingClassifier, RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
-from maps_core import CounterfactualMaps, Feature, FeatureSchema
+from maps_core import BudgetExceededError, CounterfactualMaps, Feature, FeatureSchema
 from tests.conftest import f32_floor, f32_real_boundary, raw_thresholds
 
 NORMS = ["l1", "l2", "linf", "l0"]
@@ -686,6 +686,65 @@ def test_budgeted_maps_stay_exact_under_constraints(norm: str, option: str, deep
             opts = random_options(option, cols, x, rng)
             for target in suite.targets(x):
                 check_result(maps, suite.bf, x, target, opts, w, norm, rng, k=2)
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_best_found_under_constraints_is_valid_and_bracketed(norm: str) -> None:
+    """A search stopped after a few boxes (``on_budget="best"``) under constraints and
+    one-hot groups answers with a legal, constrained point the model puts in the target
+    class, everywhere in its region, and brackets the brute-force optimum between its
+    ``lower_bound`` and its distance (equal when it says ``optimal``). Its guesses move
+    features and switch categories, so this checks they never leave the constraints."""
+    stopped = 0
+    for cols, kind, seed in ((PLAIN, "rf", 3), (GROUPED, "et", 5), (GROUPED, "rf", 7)):
+        X, y = make_data(cols, 3, seed)
+        model = FACTORIES[kind](seed, 3).fit(X, y)
+        maps = CounterfactualMaps.build(model, schema_of(cols), max_rectangles=20,
+                                        on_budget="mixed")
+        bf = BruteForce(model, cols)
+        suite = Suite(model, X, cols, maps, bf)
+        rng = np.random.default_rng(_seed("best", norm, kind, seed))
+        classes = list(model.classes_)
+        for x in suite.queries(rng, n_rows=3):
+            for option in OPTIONS:
+                opts = random_options(option, cols, x, rng)
+                w = rng.uniform(0.2, 2.0, size=x.shape[0])
+                gc = {"color": 0.7} if cols is GROUPED and rng.random() < 0.5 else None
+                kw: dict[str, Any] = dict(opts)
+                if gc is not None:
+                    kw["group_costs"] = gc
+                for target in suite.targets(x):
+                    where = f"x={x.tolist()} target={target} norm={norm} opts={opts} gc={gc}"
+                    try:
+                        res = maps.counterfactual(x, target, norm=norm, weights=w,
+                                                  max_boxes=int(rng.integers(1, 4)),
+                                                  on_budget="best", **kw)
+                    except BudgetExceededError:
+                        continue  # the search met no target box at all: a 422
+                    pred = bf.predict_index(x)
+                    targets = [classes.index(target)] if target is not None else [
+                        c for c in range(len(classes)) if c != pred]
+                    cells = bf.solve(x, targets, opts, w, norm, gc)
+                    if cells.dist.size == 0:
+                        assert res.feasible is False, where
+                        continue
+                    want = float(cells.dist.min())
+                    d = res.best.distance
+                    assert res.lower_bound <= want + 1e-9 and d >= want - 1e-9, (
+                        res.lower_bound, want, d, where)
+                    if res.optimal:
+                        assert abs(d - want) <= 1e-9, where
+                    else:
+                        stopped += 1
+                    cf = res.best
+                    cmin, cmax = bf.box(x, opts)
+                    P = np.vstack([cf.x[None], legal_points_of_region(bf, cf.region, x, rng,
+                                                                     n_random=8)])
+                    assert_legal_and_constrained(bf, P, cmin, cmax, x, opts)
+                    assert not (model.predict(P) != cf.target).any(), where
+                    assert cf.counterfactual_distance == pytest.approx(
+                        point_cost(bf, x, cf.x, w, norm, gc), rel=1e-9, abs=1e-12), where
+    assert stopped > 0  # some answers were the best found, not proven
 
 
 def test_one_way_and_bounded_categories(grouped: Suite) -> None:
