@@ -236,8 +236,9 @@ def _group_term(g, cell, gr):
     """Cost of group ``g``'s category in ``cell``: 0 when x's category may stay (its
     column's cell holds 1, every other column's 0; as ``distance.groups_cost`` decides),
     else the group's switching cost. ``gr`` = (gstart, gcols, gcost, xcat, zero_cell,
-    one_cell): per column, its cells holding 0 and 1."""
-    gstart, gcols, gcost, xcat, zero_cell, one_cell = gr
+    one_cell, gmask): per column, its cells holding 0 and 1; per group, its columns' bits
+    (as in :func:`_paths`' masks)."""
+    gstart, gcols, gcost, xcat, zero_cell, one_cell, _ = gr
     forced = -1
     n_forced = 0
     for i in range(gstart[g], gstart[g + 1]):
@@ -282,10 +283,37 @@ def _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, skip, gr):
 @njit(**NO_NRT)
 def _set_category(cell, g, k, gr):
     """Put group ``g`` on the category of column ``k`` in ``cell``."""
-    gstart, gcols, _, _, zero_cell, one_cell = gr
+    gstart, gcols, _, _, zero_cell, one_cell, _ = gr
     for i in range(gstart[g], gstart[g + 1]):
         j = gcols[i]
         cell[j] = one_cell[j] if j == k else zero_cell[j]
+
+
+@njit(**NO_NRT)
+def _switched_scores(trial, g, gr, nf, ncut, nl, nr, nv, roots, leaf, fmask, tot, out):
+    """Class scores, into ``out`` (shape (c,)), of ``trial``: a cell that differs from the
+    one whose walks :func:`_paths` left in ``leaf``, ``fmask`` and ``tot`` only in group
+    ``g``'s columns. Only the trees whose path tests one of them are walked again (their
+    bits in ``gr``'s group masks). Returns the trees walked."""
+    gmask = gr[6]
+    c = tot.shape[0]
+    for k in range(c):
+        out[k] = tot[k]
+    walked = 0
+    for t in range(roots.shape[0]):
+        hit = False
+        for q in range(fmask.shape[1]):
+            if fmask[t, q] & gmask[g, q] != 0:
+                hit = True
+        if not hit:
+            continue
+        walked += 1
+        node = roots[t]
+        while nf[node] >= 0:
+            node = nl[node] if trial[nf[node]] <= ncut[node] else nr[node]
+        for k in range(c):
+            out[k] += nv[node, k] - nv[leaf[t], k]
+    return walked
 
 
 @njit(**NO_NRT)
@@ -310,7 +338,7 @@ def _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv,
     choice's distance (accumulated form) when a target class wins there, else inf.
     Returns the target's margin at ``cell``."""
     m = x.shape[0]
-    leaf, fmask, tot, stack, slo, shi, sc, trial = ws
+    leaf, fmask, tot, stack, slo, shi, sc, trial, gsc = ws
     gstart, gcols = gr[0], gr[1]
     work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
     marg = _target_margin(tmask, tot)
@@ -349,10 +377,9 @@ def _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv,
                 _set_category(trial, u - m, j, gr)
                 if np.all(trial == cell):
                     continue
-                # the trees' paths of the cell itself are no longer needed: the axes
-                # are all scored
-                work[0] += _paths(trial, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
-                mg = _target_margin(tmask, tot)
+                work[0] += _switched_scores(trial, u - m, gr, nf, ncut, nl, nr, nv, roots,
+                                            leaf, fmask, tot, gsc)
+                mg = _target_margin(tmask, gsc)
                 new = _group_term(u - m, trial, gr)
             if mg <= here + 1e-12 * (1.0 + abs(here)):
                 continue
@@ -396,7 +423,7 @@ def _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv
     switched group back to x's category if a target class still wins there, until a pass
     changes nothing. Every move brings the cell nearer ``x``, so it ends."""
     m = x.shape[0]
-    leaf, fmask, tot, stack, slo, shi, sc, trial = ws
+    leaf, fmask, tot, stack, slo, shi, sc, trial, gsc = ws
     xcat = gr[3]
     work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
     changed = True
@@ -427,11 +454,11 @@ def _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv
                 continue
             trial[:] = cell
             _set_category(trial, g, xcat[g], gr)
-            work[0] += _paths(trial, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
-            if _target_margin(tmask, tot) > tol and _group_term(g, trial, gr) <= 0.0:
+            work[0] += _switched_scores(trial, g, gr, nf, ncut, nl, nr, nv, roots, leaf, fmask,
+                                        tot, gsc)
+            if _target_margin(tmask, gsc) > tol and _group_term(g, trial, gr) <= 0.0:
                 cell[:] = trial
                 changed = True
-            else:  # back to the cell's own paths
                 work[0] += _paths(cell, nf, ncut, nl, nr, nv, roots, base, leaf, fmask, tot)
 
 
@@ -492,12 +519,13 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
     work = np.zeros(2, dtype=np.int64)
     # workspaces of the moves: the trees' paths of a cell (_paths), a DFS stack with each
     # entry's run of cells and the scores of the widest axis (_line_scores), a trial cell
+    # and its scores (_switched_scores)
     ws = (np.empty(T, dtype=np.int64), np.empty((T, (m + 63) // 64), dtype=np.int64),
           np.empty(base.shape[0]), np.empty(max_depth_nodes + 2, dtype=np.int32),
           np.empty(max_depth_nodes + 2, dtype=np.int32),
           np.empty(max_depth_nodes + 2, dtype=np.int32),
           np.empty((np.max(coff[1:] - coff[:-1]) + 3, base.shape[0])),
-          np.empty(m, dtype=np.int32))
+          np.empty(m, dtype=np.int32), np.empty(base.shape[0]))
     # the one-hot groups, with each column's cells holding 0 and 1 (_group_term)
     zero_cell = np.full(m, -1, dtype=np.int32)
     one_cell = np.full(m, -1, dtype=np.int32)
@@ -506,7 +534,12 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
         if gcol[f] >= 0:
             zero_cell[f] = _cell_of(coff, cupp, f, 0.0)
             one_cell[f] = _cell_of(coff, cupp, f, 1.0)
-    gr = (gstart, gcols, gcost, xcat, zero_cell, one_cell)
+    # per group, the bits of its columns (as in _paths' masks)
+    gmask = np.zeros((gcost.shape[0], (m + 63) // 64), dtype=np.int64)
+    for g in range(gcost.shape[0]):
+        for i in range(gstart[g], gstart[g + 1]):
+            gmask[g, gcols[i] >> 6] |= np.int64(1) << (gcols[i] & 63)
+    gr = (gstart, gcols, gcost, xcat, zero_cell, one_cell, gmask)
     n_moves = m + gcost.shape[0]
     mv_j = np.empty(n_moves, dtype=np.int64)
     mv_rate = np.empty(n_moves)
@@ -519,7 +552,9 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
         cell[f] = xcell[f]
     _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv, roots, base,
                 tol, klo, khi, cell, ws, gr, work, deadline, mv_j, mv_rate, mv_win)
-    first = np.argsort(-mv_rate)[:_STARTS]
+    # the starts: the best first moves along the axes (a category switch stays a move of
+    # every step; as a start too, it cost Credit RF 200x8's guesses the time they need)
+    first = np.argsort(-mv_rate[:m])[:_STARTS]
     first_j = mv_j[first]
     first_win = mv_win[first]
     # then the nearest incumbents, each brought towards x
