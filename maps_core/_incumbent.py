@@ -50,8 +50,8 @@ _SEGMENT_STEPS = 32
 _POLISHED = 8
 _STARTS = 6
 # Tree leaves all the guesses of one query may reach (a label reaches one per tree, an
-# axis scored by _line_scores one per leaf it meets): a backstop to the deadline. Credit
-# RF 200x8: 300k leaves take about 20 ms.
+# axis scored by _line_scores one per leaf it meets): only a backstop, the search always
+# gives the guesses a deadline (lazy.GUESS_SECONDS), which ends them first.
 _WORK = 1_000_000
 # Budget checks between two clock readings (a reading costs about 1 us, an axis scored
 # 5-15 us on Credit's forests).
