@@ -62,6 +62,25 @@ def label_cell(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf)
 
 
 @njit(cache=True, nogil=True)
+def push_sides(stack, slo, shi, sp, left, right, a, b, cut):
+    """Push onto a DFS stack (nodes ``stack``, runs of cells ``slo..shi``, size ``sp``) the
+    children ``left`` and ``right`` of a node that cuts the run ``a..b`` after cell
+    ``cut``, each with its part of the run (a child whose part is empty is not pushed).
+    Returns the new size."""
+    if a <= cut:
+        stack[sp] = left
+        slo[sp] = a
+        shi[sp] = min(b, cut)
+        sp += 1
+    if b > cut:
+        stack[sp] = right
+        slo[sp] = max(a, cut + 1)
+        shi[sp] = b
+        sp += 1
+    return sp
+
+
+@njit(cache=True, nogil=True)
 def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, trange, top_n,
                stack, mn, mx, tfeat, tmin, rec):
     """Interval bound of the margin of class ``a`` over the region ``lo..hi``.
@@ -132,16 +151,7 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
                 elif feat != f:
                     feat = -2
             if f == ftop:  # narrow the interval along the top node's feature
-                if c_lo <= cut:
-                    stack[sp] = nl[node]
-                    slo[sp] = c_lo
-                    shi[sp] = min(c_hi, cut)
-                    sp += 1
-                if c_hi > cut:
-                    stack[sp] = nr[node]
-                    slo[sp] = max(c_lo, cut + 1)
-                    shi[sp] = c_hi
-                    sp += 1
+                sp = push_sides(stack, slo, shi, sp, nl[node], nr[node], c_lo, c_hi, cut)
                 continue
             if go_l:
                 stack[sp] = nl[node]
@@ -378,6 +388,7 @@ __all__ = [
     "decide",
     "interval_bound",
     "label_cell",
+    "push_sides",
     "spread_sum",
     "sweep_bound",
     "sweep_workspace",

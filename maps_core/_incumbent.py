@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._bounds import label_cell
+from ._bounds import label_cell, push_sides
 from ._clock import clock
 from ._norms import L1, L2
 from .distance import NO_NRT, rect_dist
@@ -195,16 +195,7 @@ def _line_scores(cell, f, j0, j1, nf, ncut, nl, nr, nv, roots, leaf, fmask, tot,
                 shi[sp] = b
                 sp += 1
                 continue
-            if a <= cut:
-                stack[sp] = nl[node]
-                slo[sp] = a
-                shi[sp] = min(b, cut)
-                sp += 1
-            if b > cut:
-                stack[sp] = nr[node]
-                slo[sp] = max(a, cut + 1)
-                shi[sp] = b
-                sp += 1
+            sp = push_sides(stack, slo, shi, sp, nl[node], nr[node], a, b, cut)
     for k in range(c):
         run = const[k]
         for r in range(n):
