@@ -72,15 +72,15 @@ class CounterfactualMaps:
     @property
     def classes(self) -> list[Any]:
         """Class labels in class-index order (the model's ``classes_``)."""
-        return list(self.ensemble.classes)
+        return self.engine.classes
 
     @property
     def feature_names(self) -> list[str]:
-        return self.schema.names
+        return self.engine.feature_names
 
     @property
     def n_features(self) -> int:
-        return self.ensemble.n_features
+        return self.engine.n_features
 
     # -- build ----------------------------------------------------------------------------
     @classmethod

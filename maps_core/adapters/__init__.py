@@ -81,9 +81,8 @@ def flatten_model(model: Any) -> FlatEnsemble:
     Parameters
     ----------
     model : estimator
-        A fitted model of a registered library (see :data:`ADAPTERS`; today scikit-learn's
-        ``DecisionTreeClassifier``, ``ExtraTreeClassifier``, ``RandomForestClassifier``,
-        ``ExtraTreesClassifier`` and ``GradientBoostingClassifier``).
+        A fitted model of a registered library (see :data:`ADAPTERS`; each adapter's
+        ``supported`` names the model types it takes).
 
     Returns
     -------

@@ -191,8 +191,9 @@ def flatten(model: Any) -> FlatEnsemble:
     ----------
     model : estimator
         A fitted ``DecisionTreeClassifier``, ``ExtraTreeClassifier``,
-        ``RandomForestClassifier``, ``ExtraTreesClassifier`` or
-        ``GradientBoostingClassifier``.
+        ``RandomForestClassifier``, ``ExtraTreesClassifier``,
+        ``GradientBoostingClassifier`` or ``HistGradientBoostingClassifier`` (without
+        categorical features).
 
     Returns
     -------
