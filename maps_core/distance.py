@@ -7,7 +7,6 @@ of :mod:`maps_core._norms`.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -67,8 +66,8 @@ def box_dist(x, w, norm, cmin, cmax, integral, lo, hi, i, gcol, gstart, gcols, g
         a = max(lo[i, f], cmin[f])
         b = min(hi[i, f], cmax[f])
         if integral[f]:
-            a = math.ceil(a)
-            b = math.floor(b)
+            a = np.ceil(a)  # not math.ceil: in numba it returns an int64, garbage at +-inf
+            b = np.floor(b)
         if a > b:
             return np.inf
         if gcol[f] >= 0:
@@ -115,8 +114,8 @@ def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, c
             b = cmax[f]
             b_open = False
         if integral[f]:
-            a = math.ceil(a)
-            b = math.floor(b)
+            a = np.ceil(a)  # not math.ceil: in numba it returns an int64, garbage at +-inf
+            b = np.floor(b)
             a_open = b_open = False
         if a > b or ((a_open or b_open) and a >= b):
             return np.inf

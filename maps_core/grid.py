@@ -75,7 +75,7 @@ def _violation(A, dom_lower, dom_upper, integral):
                 kind = 2
             elif v > dom_upper[f]:
                 kind = 3
-            elif integral[f] and v != math.floor(v):
+            elif integral[f] and v != np.floor(v):  # math.floor: an int64 in numba, overflows
                 kind = 4
             else:
                 continue

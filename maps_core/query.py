@@ -151,8 +151,8 @@ def _place(x, lo_cells, hi_cells, cmin, cmax, coff, clow, cupp, clcl, cucl, inte
             hi_f = cmax[f]
             uc = True
         if integral[f]:
-            lo_f = math.ceil(lo_f) if np.isfinite(lo_f) else lo_f
-            hi_f = math.floor(hi_f) if np.isfinite(hi_f) else hi_f
+            lo_f = np.ceil(lo_f)  # math.ceil would return an int64 in numba: overflows
+            hi_f = np.floor(hi_f)
             lc = lc or np.isfinite(lo_f)
             uc = uc or np.isfinite(hi_f)
         lower[f], upper[f], lcl[f], ucl[f] = lo_f, hi_f, lc, uc

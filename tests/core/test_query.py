@@ -191,3 +191,43 @@ def test_a_batch_answers_every_row_as_a_query_of_its_own(norm, budget):
     assert any(not r.feasible for r in got)  # the constrained case reached "no answer"
     if budget == "mixed":
         assert any(r.stats.regions_refined > 0 for r in maps.counterfactuals(Q, norm=norm))
+
+
+@pytest.mark.parametrize("max_rectangles", [None, 4], ids=["complete", "mixed"])
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf", "l0"])
+def test_unbounded_integer_features_get_exact_distances(norm, max_rectangles):
+    """Integer features without bounds: a region that runs to +-inf along one, or a value
+    beyond int64, is rounded to integers without overflowing (numba's math.ceil(-inf) is
+    an int64, and made the distance about 9.2e18). Brute force over the integer grid,
+    labelled by the model."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from maps_core import Feature, FeatureSchema
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 11, size=(300, 2)).astype(np.float64)
+    y = ((X[:, 0] > 4) ^ (X[:, 1] > 6)).astype(int)
+    model = RandomForestClassifier(6, max_depth=3, random_state=0).fit(X, y)
+    schema = FeatureSchema((Feature("a", "integer"), Feature("b", "integer")))
+    maps = CounterfactualMaps.build(model, schema, max_rectangles=max_rectangles)
+    w = np.array([1.0, 0.7])
+    # the last: beyond int64 (math.floor overflowed there too)
+    for x in [np.array([2.0, 3.0]), np.array([-40.0, 9.0]), np.array([7.0, 60.0]),
+              np.array([3e20, 2.0])]:
+        # labels are constant beyond the thresholds (all within 0..10): the integers from
+        # -1 to 11, plus x's own, hold a nearest point of every class
+        axes = [np.union1d(np.arange(-1.0, 12.0), [v]) for v in x]
+        Z = np.array(np.meshgrid(*axes)).reshape(2, -1).T
+        labels = model.predict(Z)
+        delta = np.abs(Z - x) * w
+        res = maps.counterfactual(x, 1 - model.predict(x[None])[0], norm=norm, weights=w)
+        want_pts = labels != model.predict(x[None])[0]
+        if norm == "l0":
+            want = (delta[want_pts] > 0).sum(axis=1).min()
+            assert int(res.best.distance) == want
+        else:
+            d = {"l1": delta.sum(axis=1), "l2": np.sqrt((delta**2).sum(axis=1)),
+                 "linf": delta.max(axis=1)}[norm]
+            assert res.best.distance == pytest.approx(d[want_pts].min(), rel=1e-12)
+        assert model.predict(res.best.x[None])[0] == res.best.target
+        assert np.all(res.best.x == np.round(res.best.x))
