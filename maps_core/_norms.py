@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit
 
 L1 = 0
@@ -67,7 +68,10 @@ def key(norm, total, changes):
     unit-free weights l1 is at most a few units, so ties are broken exactly in practice).
     """
     if norm == L0:
-        return changes + min(total / (1.0 + total), 0.9999999999999998)
+        frac = total / (1.0 + total) if total < np.inf else 1.0
+        # Never up to the next count: with 2 or more changes, a fraction just below 1 (an
+        # l1 of about 4.5e15 and more) rounded the sum up, one change too many.
+        return min(changes + frac, np.nextafter(changes + 1.0, 0.0))
     return total
 
 

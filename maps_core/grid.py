@@ -30,7 +30,14 @@ from numba import njit
 from .ensemble import FlatEnsemble
 from .exceptions import InvalidQueryError
 from .schema import FeatureSchema
-from .splits import canonical_thresholds, model_view, real_boundaries, rule_flags
+from .splits import (
+    FLOAT32_MAX,
+    FLOAT32_OVERFLOW,
+    canonical_thresholds,
+    model_view,
+    real_boundaries,
+    rule_flags,
+)
 
 
 @njit(cache=True, nogil=True)
@@ -56,14 +63,15 @@ def cells_kernel(A, integral, thr_values, thr_offsets, view32):
 
 
 @njit(cache=True, nogil=True)
-def _violation(A, dom_lower, dom_upper, integral):
+def _violation(A, dom_lower, dom_upper, integral, view32):
     """First illegal entry of ``A`` (shape (n, m)) as (kind, row, column), kind 0 when
     every entry is legal. Kinds by precedence (the first of the highest kind anywhere
-    wins, entries in row-major order): 1 not finite, 2 below the domain, 3 above it,
-    4 fractional on an integral feature. One pass instead of a dozen array operations
-    (a single query paid ~8 us for them)."""
+    wins, entries in row-major order): 1 not finite, 2 beyond the float32 range of a
+    model that reads float32 (``view32``; the library itself refuses such a value),
+    3 below the domain, 4 above it, 5 fractional on an integral feature. One pass instead
+    of a dozen array operations (a single query paid ~8 us for them)."""
     n, m = A.shape
-    best = 5
+    best = 6
     bi = 0
     bj = 0
     for i in range(n):
@@ -71,19 +79,21 @@ def _violation(A, dom_lower, dom_upper, integral):
             v = A[i, f]
             if not np.isfinite(v):
                 kind = 1
-            elif v < dom_lower[f]:
+            elif view32 and abs(v) >= FLOAT32_OVERFLOW:
                 kind = 2
-            elif v > dom_upper[f]:
+            elif v < dom_lower[f]:
                 kind = 3
-            elif integral[f] and v != np.floor(v):  # math.floor: an int64 in numba, overflows
+            elif v > dom_upper[f]:
                 kind = 4
+            elif integral[f] and v != np.floor(v):  # math.floor: an int64 in numba, overflows
+                kind = 5
             else:
                 continue
             if kind < best:
                 best, bi, bj = kind, i, f
                 if kind == 1:
                     return best, bi, bj
-    return (0 if best == 5 else best), bi, bj
+    return (0 if best == 6 else best), bi, bj
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,16 +232,19 @@ class Grid:
         """Raise :class:`InvalidQueryError` naming the first illegal entry of ``A`` (shape
         (n, n_features)): not finite, outside the legal domain, or fractional on an
         integral feature."""
-        kind, i, j = _violation(A, self.dom_lower, self.dom_upper, self.integral)
+        kind, i, j = _violation(A, self.dom_lower, self.dom_upper, self.integral, self.view32)
         if kind == 0:
             return
         v = A[i, j]
         if kind == 1:
             msg = f"feature {names[j]!r} is {v} (values must be finite)"
-        elif kind == 4:
+        elif kind == 2:
+            msg = (f"feature {names[j]!r} = {v} is beyond +-{FLOAT32_MAX:.8g}: the model reads "
+                   "features as float32 and refuses it")
+        elif kind == 5:
             msg = f"feature {names[j]!r} = {v} must be an integer"
         else:
-            what = "below" if kind == 2 else "above"
+            what = "below" if kind == 3 else "above"
             msg = (f"feature {names[j]!r} = {v} is {what} its legal range "
                    f"[{self.dom_lower[j]}, {self.dom_upper[j]}]")
         raise InvalidQueryError(msg, names[j], row=int(i))

@@ -204,6 +204,8 @@ class CounterfactualMaps:
 
     # -- queries --------------------------------------------------------------------------
     def _as_matrix(self, X: Any) -> np.ndarray:
+        if getattr(getattr(X, "dtype", None), "kind", "") == "c":  # numpy would drop the imaginary parts
+            raise InvalidQueryError("inputs must be real numbers, not complex", "instance")
         try:
             A = np.asarray(X, dtype=np.float64)
         except (TypeError, ValueError) as exc:

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -149,9 +150,9 @@ def make_options(
         w = base.weights.copy()
         if isinstance(weights, Mapping):
             for j, v in _by_feature(names, weights, "weights").items():
-                w[j] = v
+                w[j] = _number(v, f"weight of {names[j]!r}", f"weights.{names[j]}")
         else:
-            w = np.array(weights, dtype=np.float64)
+            w = _number_array(weights, "weights")
             if w.shape != (engine.n_features,):
                 raise InvalidQueryError(f"weights must have {engine.n_features} entries", "weights")
         _check_weights(w)
@@ -221,6 +222,27 @@ def make_options(
 
 
 _DIRECTIONS = {"any": 0, "increase": 1, "decrease": -1}
+
+
+def _number(v: Any, what: str, field: str) -> float:
+    """``v`` as a float, or :class:`InvalidQueryError` naming ``field`` (a string, a list,
+    anything ``float`` refuses or would take for a number only by accident, like a bool)."""
+    if isinstance(v, bool | str | bytes) or not isinstance(v, Real | np.number):
+        raise InvalidQueryError(f"{what} must be a number, got {v!r}", field)
+    return float(v)
+
+
+def _number_array(v: Any, field: str) -> np.ndarray:
+    """A 1-d float64 array of numbers, or :class:`InvalidQueryError` naming ``field``."""
+    try:
+        a = np.asarray(v)
+        ok = a.ndim == 1 and (a.dtype.kind in "iuf" or (a.dtype == object and all(
+            not isinstance(e, bool) and isinstance(e, Real | np.number) for e in a)))
+    except (TypeError, ValueError):  # ragged nesting
+        ok = False
+    if not ok:
+        raise InvalidQueryError(f"{field} must be a list of numbers", field)
+    return a.astype(np.float64)
 
 
 def _check_weights(w: np.ndarray) -> None:

@@ -67,6 +67,9 @@ def rule_flags(rule: str) -> tuple[bool, bool]:
 
 #: Largest finite float32, as a float64: a float32 view turns anything beyond it into inf.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: Least float64 whose float32 cast is inf: FLOAT32_MAX plus half its ulp (the tie rounds
+#: to even, here up).
+FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 
 
 def beyond_view(rule: str, X: np.ndarray) -> tuple[int, int] | None:
@@ -194,6 +197,7 @@ __all__ = [
     "FLOAT32_LE",
     "FLOAT32_LT",
     "FLOAT32_MAX",
+    "FLOAT32_OVERFLOW",
     "FLOAT64_LE",
     "SPLIT_RULES",
     "beyond_view",

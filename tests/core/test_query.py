@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -108,6 +110,11 @@ def test_k_best_are_distinct_and_sorted(suite):
         ({"group_costs": [1.0]}, "group_costs"),
         ({"k": 0}, "k"),
         ({"k": True}, "k"),
+        ({"weights": {"x0": "a"}}, "weights.x0"),
+        ({"weights": {"x1": [1.0, 2.0]}}, "weights.x1"),
+        ({"weights": {"x1": True}}, "weights.x1"),
+        ({"weights": [1.0, "a", 1.0, 1.0]}, "weights"),
+        ({"weights": [[1.0], [1.0], [1.0], [1.0]]}, "weights"),
     ],
 )
 def test_bad_options_name_the_field(suite, kwargs, field):
@@ -122,13 +129,24 @@ def test_bad_options_name_the_field(suite, kwargs, field):
 @pytest.mark.parametrize(
     "x, field",
     [([np.nan, 0, 0, 0], "x0"), ([0, np.inf, 0, 0], "x1"), ([0, 0, 0], "instance"),
-     (["a", 0, 0, 0], "instance")],
+     (["a", 0, 0, 0], "instance"), (np.array([1j, 0, 0, 0]), "instance"),
+     # beyond the float32 range these scikit-learn models read (their predict refuses it)
+     ([0, 0, -3.5e38, 0], "x2"), ([0, 2.0**128 - 2.0**103, 0, 0], "x1")],
 )
 def test_bad_inputs_are_refused(suite, x, field):
     _, _, maps = suite
     with pytest.raises(InvalidQueryError) as err:
         maps.counterfactual(x)
     assert err.value.field == field
+
+
+def test_the_largest_float32_input_is_answered_validly(suite):
+    # the least float64 that scikit-learn's float32 cast does not send to infinity
+    model, X, maps = suite
+    x = X[0].copy()
+    x[1] = np.nextafter(2.0**128 - 2.0**103, 0.0)
+    res = maps.counterfactual(x)
+    assert model.predict(res.best.x[None])[0] == res.best.target
 
 
 def test_default_options_are_shared_and_custom_ones_leave_them_alone(suite):
@@ -231,3 +249,23 @@ def test_unbounded_integer_features_get_exact_distances(norm, max_rectangles):
             assert res.best.distance == pytest.approx(d[want_pts].min(), rel=1e-12)
         assert model.predict(res.best.x[None])[0] == res.best.target
         assert np.all(res.best.x == np.round(res.best.x))
+
+
+@pytest.mark.parametrize("w", [1.0, 1e15, 1e16, 1e300])
+def test_l0_counts_changes_exactly_whatever_the_weights(w):
+    """The l0 key folds the weighted l1 into a fraction below 1; with 2 or more changes
+    and an l1 of about 4.5e15 or more the sum rounded up to the next count."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    # every corner of the cube, fitted exactly: class 1 at (1, 1, 0), 2 at (1, 1, 1)
+    corners = np.array(list(itertools.product([0.0, 1.0], repeat=3)))
+    y = (corners[:, 0] * corners[:, 1] * (1 + corners[:, 2])).astype(int)
+    model = DecisionTreeClassifier(random_state=0).fit(corners, y)
+    maps = CounterfactualMaps.build(model)
+    labels = model.predict(corners)  # every threshold is 0.5: the corners hold every cell
+    for target in (1, 2):
+        changes = np.count_nonzero(corners[labels == target], axis=1).min()
+        assert changes >= 2  # where the rounding struck
+        res = maps.counterfactual(np.zeros(3), target, norm="l0", weights=[w, w, w])
+        assert res.best.distance == changes
+        assert np.count_nonzero(res.best.x) == changes
