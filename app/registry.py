@@ -136,8 +136,8 @@ class ModelEntry:
     #: This process builds the model (it holds the build lock): its state is authoritative
     #: here, and the data-dir sync leaves it alone.
     building_here: bool = False
-    #: ``st_mtime_ns`` of ``status.json`` when this process last read or wrote it.
-    seen_mtime: int = 0
+    #: :func:`_stamp` of ``status.json`` when this process last read or wrote it.
+    seen_stamp: tuple[int, int, int] = (0, 0, 0)
     _codec: FeatureCodec | None = None
     _display: dict[Any, Any] = field(default_factory=dict)
 
@@ -323,7 +323,7 @@ class Registry:
             except Exception as exc:  # a hand-edited or truncated file must not stop start-up
                 log.warning("skipping %s: unreadable model directory (%s)", d, exc)
                 continue
-            entry.seen_mtime = _mtime(d / STATUS_FILE)
+            entry.seen_stamp = _stamp(d / STATUS_FILE)
             if entry.status in ("queued", "building"):
                 requeue.append(entry)  # claimed in load_pending unless a process builds it
             elif entry.status == "ready":
@@ -575,10 +575,7 @@ class Registry:
         with self._lock:
             if entry.cancel.is_set() or self._entries.get(entry.id) is not entry:
                 return False
-            entry.status = status
-            entry.error = error
-            entry.updated_at = now()
-            self._persist(entry)
+            self._persist(entry, status=status, error=error, updated_at=now())
         self._changed()
         return True
 
@@ -604,19 +601,22 @@ class Registry:
             if entry.cancel.is_set() or self._entries.get(entry.id) is not entry:
                 return False
             assert entry.maps is not None
-            entry.progress = 1.0
-            entry.status = "ready"
-            entry.error = None
-            entry.updated_at = now()
-            self._persist(entry)
+            self._persist(entry, progress=1.0, status="ready", error=None, updated_at=now())
         self._changed()
         return True
 
-    def _persist(self, entry: ModelEntry) -> None:
+    def _persist(self, entry: ModelEntry, **changes: Any) -> None:
+        """Write ``status.json`` with ``changes`` (fields of :meth:`ModelEntry.persisted`),
+        then make them in memory. The file first: the routes read entries without the lock,
+        so a status set in memory first was answered here (a client polling this process
+        saw ``ready``) while the other processes still read ``building`` from the file and
+        answered 409 (seen once in test_processes under load)."""
         d = self.root / entry.id
         if d.is_dir():
-            write_json_atomic(d / STATUS_FILE, entry.persisted())
-            entry.seen_mtime = _mtime(d / STATUS_FILE)
+            write_json_atomic(d / STATUS_FILE, {**entry.persisted(), **changes})
+            entry.seen_stamp = _stamp(d / STATUS_FILE)
+        for name, value in changes.items():
+            setattr(entry, name, value)
 
     def persist_progress(self, entry: ModelEntry) -> None:
         """Write a running build's progress to disk, for the other processes."""
@@ -640,7 +640,7 @@ class Registry:
         read the status just before it changed) has nothing left to do.
         """
         status_file = self.root / entry.id / STATUS_FILE
-        if _mtime(status_file) == entry.seen_mtime:
+        if _stamp(status_file) == entry.seen_stamp:
             return False
         try:
             status = json.loads(status_file.read_text(encoding="utf-8")).get("status")
@@ -695,7 +695,7 @@ class Registry:
             return False
         if entry.status == "loading":
             return self.loaded.is_set()  # a sync pass loads it (not the start-up loader)
-        return _mtime(self.root / model_id / STATUS_FILE) != entry.seen_mtime
+        return _stamp(self.root / model_id / STATUS_FILE) != entry.seen_stamp
 
     def catch_up(self, model_id: str) -> None:
         """Bring one model up to date with the data dir now, rather than at the next sync
@@ -716,8 +716,8 @@ class Registry:
         """One model's step of a sync pass (the caller holds ``_sync_lock``)."""
         if entry is not None and (entry.building_here or entry.status == "loading"):
             return
-        mtime = _mtime(self.root / model_id / STATUS_FILE)
-        if entry is not None and mtime == entry.seen_mtime:
+        stamp = _stamp(self.root / model_id / STATUS_FILE)
+        if entry is not None and stamp == entry.seen_stamp:
             if entry.status in ("queued", "building"):
                 self._claim_orphan(entry)
             return
@@ -725,7 +725,7 @@ class Registry:
             fresh = self._read_entry(self.root / model_id)
         except Exception:  # half-written by another process: next pass
             return
-        fresh.seen_mtime = mtime
+        fresh.seen_stamp = stamp
         if entry is None:
             with self._lock:
                 if model_id in self._entries or model_id in self._deleted:
@@ -741,7 +741,7 @@ class Registry:
                 if entry.building_here:
                     return  # claimed since the check above: its build thread owns it now
                 was_ready = entry.status == "ready" and entry.maps is not None
-                entry.seen_mtime = mtime
+                entry.seen_stamp = stamp
                 entry.status = fresh.status if not was_ready else entry.status
                 entry.error, entry.stats = fresh.error, fresh.stats
                 entry.progress, entry.updated_at = fresh.progress, fresh.updated_at
@@ -860,11 +860,19 @@ def _remove_leftover(path: Path) -> None:
         guard.release()
 
 
-def _mtime(path: Path) -> int:
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """Which version of a file this is: (inode, mtime, size), zeros when it is missing.
+
+    Not the mtime alone: filesystems and kernels that stamp files from a coarse clock
+    (milliseconds) give two writes within one tick the same mtime. Every write here is a
+    new file renamed over the old one (:func:`write_json_atomic`), so its inode changes
+    too.
+    """
     try:
-        return path.stat().st_mtime_ns
+        st = path.stat()
     except OSError:
-        return 0
+        return (0, 0, 0)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _describe(exc: BaseException) -> str:

@@ -67,6 +67,35 @@ def test_an_upload_to_an_api_replica_is_built_by_the_builder_and_served_by_all(
         assert time.monotonic() - t0 < 1.0
 
 
+def test_a_status_is_on_disk_before_its_process_answers_with_it(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any, monkeypatch: Any
+) -> None:
+    # The routes read entries without the registry's lock. A build that set ``ready`` in
+    # memory and then wrote status.json let a client hear ``ready`` from this process and
+    # get a 409 from another that read the file in between (seen once, under load, in
+    # the test below). Each write of status.json must find memory still at the old status.
+    from app import registry as registry_module
+
+    apps: list[Any] = []
+    seen: list[tuple[str, str]] = []
+    write = registry_module.write_json_atomic
+
+    def spy(path: Path, data: Any) -> None:
+        if path.name == "status.json" and apps:
+            entry = apps[0].state.registry._entries.get(data["id"])
+            if entry is not None:
+                seen.append((data["status"], entry.status))
+        write(path, data)
+
+    monkeypatch.setattr(registry_module, "write_json_atomic", spy)
+    with service_factory(data_dir=tmp_path / "d") as svc:
+        apps.append(svc.app)
+        model_id = upload(svc.client, rf.skops).json()["id"]
+        wait_until(lambda: _status(svc, model_id) == "ready")
+    assert ("ready", "building") in seen, seen
+    assert ("ready", "ready") not in seen, seen
+
+
 def test_what_one_process_did_answers_at_once_on_another(
     service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
 ) -> None:
