@@ -226,8 +226,9 @@ _DIRECTIONS = {"any": 0, "increase": 1, "decrease": -1}
 
 def _number(v: Any, what: str, field: str) -> float:
     """``v`` as a float, or :class:`InvalidQueryError` naming ``field`` (a string, a list,
-    anything ``float`` refuses or would take for a number only by accident, like a bool)."""
-    if isinstance(v, bool | str | bytes) or not isinstance(v, Real | np.number):
+    a complex, anything ``float`` refuses or would take for a number only by accident,
+    like a bool). numpy's real scalars are :class:`numbers.Real` too."""
+    if isinstance(v, bool) or not isinstance(v, Real):
         raise InvalidQueryError(f"{what} must be a number, got {v!r}", field)
     return float(v)
 
@@ -237,7 +238,7 @@ def _number_array(v: Any, field: str) -> np.ndarray:
     try:
         a = np.asarray(v)
         ok = a.ndim == 1 and (a.dtype.kind in "iuf" or (a.dtype == object and all(
-            not isinstance(e, bool) and isinstance(e, Real | np.number) for e in a)))
+            not isinstance(e, bool) and isinstance(e, Real) for e in a)))
     except (TypeError, ValueError):  # ragged nesting
         ok = False
     if not ok:
