@@ -211,9 +211,9 @@ def test_a_batch_answers_every_row_as_a_query_of_its_own(norm, budget):
         assert any(r.stats.regions_refined > 0 for r in maps.counterfactuals(Q, norm=norm))
 
 
-@pytest.mark.parametrize("max_rectangles", [None, 4], ids=["complete", "mixed"])
+@pytest.mark.parametrize("budget", [{}, {"max_seconds": 0.0}], ids=["complete", "mixed"])
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf", "l0"])
-def test_unbounded_integer_features_get_exact_distances(norm, max_rectangles):
+def test_unbounded_integer_features_get_exact_distances(norm, budget):
     """Integer features without bounds: a region that runs to +-inf along one, or a value
     beyond int64, is rounded to integers without overflowing (numba's math.ceil(-inf) is
     an int64, and made the distance about 9.2e18). Brute force over the integer grid,
@@ -227,7 +227,8 @@ def test_unbounded_integer_features_get_exact_distances(norm, max_rectangles):
     y = ((X[:, 0] > 4) ^ (X[:, 1] > 6)).astype(int)
     model = RandomForestClassifier(6, max_depth=3, random_state=0).fit(X, y)
     schema = FeatureSchema((Feature("a", "integer"), Feature("b", "integer")))
-    maps = CounterfactualMaps.build(model, schema, max_rectangles=max_rectangles)
+    maps = CounterfactualMaps.build(model, schema, **budget)
+    assert maps.engine.has_mixed == bool(budget)  # no time: the domain is one mixed region
     w = np.array([1.0, 0.7])
     # the last: beyond int64 (math.floor overflowed there too)
     for x in [np.array([2.0, 3.0]), np.array([-40.0, 9.0]), np.array([7.0, 60.0]),
