@@ -25,6 +25,20 @@ NO_NRT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
 
 
 @njit(**NO_NRT)
+def gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
+    """Weighted distance from ``x[f]`` to the cells ``lo_f..hi_f`` of feature ``f`` (the
+    grid's per-feature offsets ``coff`` and cell ends ``clow``, ``cupp``), ignoring
+    integral rounding: a lower bound of any admissible point's term."""
+    a = clow[coff[f] + lo_f]
+    if x[f] < a:
+        return w[f] * (a - x[f])
+    b = cupp[coff[f] + hi_f]
+    if x[f] > b:
+        return w[f] * (x[f] - b)
+    return 0.0
+
+
+@njit(**NO_NRT)
 def groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat):
     """Add the one-hot groups' switching costs given which values (0 / 1) each dummy
     column may take (``a0``, ``a1``). A group may stay on x's category when that column
@@ -142,4 +156,4 @@ def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, c
     return np.inf if d >= bound else d
 
 
-__all__ = ["NO_NRT", "box_dist", "groups_cost", "rect_dist"]
+__all__ = ["NO_NRT", "box_dist", "gap_term", "groups_cost", "rect_dist"]

@@ -65,7 +65,7 @@ from ._clock import clock
 from ._heap import grow, is_kd, kd_entry, kd_node, kd_owner, pop, push, slot
 from ._incumbent import with_polished
 from ._norms import L0, L1, L2, LINF, accumulate_radius, fold
-from .distance import NO_NRT, box_dist, rect_dist
+from .distance import NO_NRT, box_dist, gap_term, rect_dist
 
 #: One query: the point ``x`` (shape (m,)), weights, norm code, constraint box
 #: ``cmin..cmax``, integral mask, target classes ``tmask`` (shape (n_classes,)), ``k``, and
@@ -118,7 +118,7 @@ def clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
     for f in range(m if norm != LINF else 0):
         if gcol[f] >= 0:
             continue  # a group's cost is not a per-column gap; 0 is a lower bound
-        tf = _gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
+        tf = gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
         tot += tf if norm == L1 else tf * tf
     # A feature's own term never changes when the cells beyond the bound go (its nearest
     # cell stays), so recomputing it below matches the sum above.
@@ -128,7 +128,7 @@ def clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
         if norm == LINF:
             room = bound
         else:
-            tf = _gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
+            tf = gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
             room = bound - (tot - (tf if norm == L1 else tf * tf))
             if room <= 0.0:
                 continue
@@ -139,18 +139,6 @@ def clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
             hi[f] -= 1
         while lo[f] < hi[f] and w[f] * (x[f] - cupp[coff[f] + lo[f]]) >= room:
             lo[f] += 1
-
-
-@njit(**NO_NRT)
-def _gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
-    """Weighted distance from ``x[f]`` to the cells ``lo_f..hi_f`` of feature ``f``."""
-    a = clow[coff[f] + lo_f]
-    if x[f] < a:
-        return w[f] * (a - x[f])
-    b = cupp[coff[f] + hi_f]
-    if x[f] > b:
-        return w[f] * (x[f] - b)
-    return 0.0
 
 
 @njit(cache=True, nogil=True)
