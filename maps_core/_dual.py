@@ -8,19 +8,24 @@ features at once.
 
 Here every live tree gets its own copy of x, and the copies are tied to one x per
 feature by Lagrange multipliers (dual decomposition). For any multipliers
-``theta[t, f](u)`` (per tree ``t``, feature ``f`` it tests in the box, and *atom* ``u``: a
-run of cells between two consecutive cuts of the live trees on ``f``)::
+``theta[t, f](s)``, per tree ``t``, feature ``f`` it tests in the box and *segment* ``s``
+of ``f`` (a run of cells between two consecutive cuts of that tree)::
 
     margin(x) = sum_t [v_t(x) + sum_f theta[t, f](x_f)] + sum_f [-sum_t theta[t, f](x_f)]
-             >= sum_t min_leaf [v_leaf + sum_f min over the leaf's atoms of theta[t, f]]
+             >= sum_t min_leaf [v_leaf + sum_f min over the leaf's segments of theta[t, f]]
                 + sum_f min_u [-sum_t theta[t, f](u)],
 
-since the leaf a point reaches and the atoms it lies in are among those minimised over.
-The bound holds for every choice of ``theta``; with ``theta = 0`` it is the interval bound.
-Block coordinate ascent over one feature's multipliers at a time (the star update of
-max-product linear programming, MPLP: each tree's min-marginal along ``f`` is replaced by
-an equal share of their sum, the best choice for that block) raises it towards the
-optimum of the linear relaxation with leaf consistency.
+since the leaf a point reaches and the segments it lies in are among those minimised
+over (``u`` runs over *atoms*: runs of cells between consecutive cuts of all the live
+trees, on which every tree's segment is fixed). The bound holds for every choice of
+``theta``; with ``theta = 0`` it is the interval bound. Block coordinate ascent over one
+feature's multipliers at a time (the star update of max-product linear programming,
+MPLP: each tree's min-marginal along ``f`` is replaced by an equal share of their sum,
+then lowered to its least value over each of the tree's segments, which changes no
+tree's term and can only raise the feature's) raises it towards the optimum of the
+linear relaxation with leaf consistency. A tree's multipliers are kept per segment, and
+a feature's sums over atoms are built with difference arrays and minimised over segments
+with a sparse table, so a round costs about trees x segments, not trees x atoms.
 
 With a distance bound (l1, l2) the search only needs the points nearer than ``bound``: a
 multiplier ``lam >= 0`` on "the distance beyond the box's own term is at most ``room``" adds
@@ -36,7 +41,7 @@ from numba import njit
 from ._norms import L1, L2
 from .distance import gap_term
 
-#: Capacity (entries) of the leaf-by-feature records of one dual bound; a box whose live
+#: Capacity of the per-leaf and per-segment records of one dual bound; a box whose live
 #: trees need more is left to the other bounds.
 MAX_ENTRIES = 1 << 20
 
@@ -47,47 +52,64 @@ def dual_workspace(n_nodes, T, m, n_cells, max_depth_nodes):
 
     ``n_nodes``: nodes of the ensemble; ``T`` trees; ``m`` features; ``n_cells`` the grid's
     cells (``coff[-1]``); ``max_depth_nodes`` room for a DFS stack over one tree."""
-    cap = min(MAX_ENTRIES, max(n_nodes * m, 1))
+    n_at = n_cells + m  # atoms of all features together, at most
+    ecap = max(min(T * m, MAX_ENTRIES), 1)  # (tree, feature) entries
+    scap = max(min(n_nodes + ecap, MAX_ENTRIES), 1)  # segments: cuts + 1 per entry
+    rcap = max(min(n_nodes * m, MAX_ENTRIES), 1)  # (leaf, feature) ranges
+    lg = np.zeros(n_at + 2, dtype=np.int32)  # floor(log2(i))
+    for i in range(2, n_at + 2):
+        lg[i] = lg[i // 2] + 1
     return (
-        np.zeros(n_cells + m, dtype=np.int32),  # 0 mark: a live cut after this cell
-        np.empty(n_cells + m, dtype=np.int32),  # 1 cell -> atom (within its feature)
+        np.empty(scap, dtype=np.int32),  # 0 fcut: each feature's live cuts, sorted
+        np.empty(m + 1, dtype=np.int64),  # 1 foff: first of them, per feature
         np.empty(m + 1, dtype=np.int64),  # 2 aoff: first atom of each feature
-        np.empty(n_cells + m),  # 3 unary: lam x extra distance, per atom
-        np.empty(n_cells + m),  # 4 ext: extra distance, per atom
-        np.empty(n_cells + m),  # 5 msum: per atom, summed min-marginals (scratch)
-        np.empty(T + 1, dtype=np.int64),  # 6 tfe: live tree -> first feature entry
-        np.empty(T + 1, dtype=np.int64),  # 7 tle: live tree -> first leaf record
-        np.empty(cap, dtype=np.int32),  # 8 ef: feature entry -> feature
-        np.empty(cap, dtype=np.int64),  # 9 eth: feature entry -> first multiplier
-        np.empty(cap),  # 10 theta: multipliers
-        np.empty(n_nodes),  # 11 r: leaf record -> current adjusted margin
-        np.empty(n_nodes + 1, dtype=np.int64),  # 12 lstart: leaf record -> first range
-        np.empty(cap, dtype=np.int32),  # 13 ralo: range -> first atom
-        np.empty(cap, dtype=np.int32),  # 14 rahi: range -> last atom
-        np.empty(cap),  # 15 rcon: range -> its least multiplier
-        np.full(m, -1, dtype=np.int32),  # 16 fslot: feature -> entry (scratch, left -1)
-        np.empty(max_depth_nodes, dtype=np.int32),  # 17 DFS stack: node
-        np.empty(max_depth_nodes, dtype=np.int32),  # 18 DFS stack: depth
-        np.empty(max_depth_nodes + 1, dtype=np.int32),  # 19 path from the start node
-        np.empty(m + 1, dtype=np.int64),  # 20 fptr: feature -> first of its entries
-        np.empty(cap, dtype=np.int64),  # 21 flist: entries grouped by feature
-        np.empty(cap, dtype=np.int32),  # 22 etree: entry -> live tree
-        np.empty(cap, dtype=np.int32),  # 23 eslot: entry -> slot within its tree's list
-        np.empty(T, dtype=np.int32),  # 24 ttree: live tree -> tree id
-        np.empty(m, dtype=np.int32),  # 25 rlo: a leaf's first cell per listed feature
-        np.empty(m, dtype=np.int32),  # 26 rhi: its last cell
+        np.empty(n_at),  # 3 unary: lam x extra distance, per atom
+        np.empty(n_at),  # 4 ext: extra distance, per atom
+        np.empty(n_at + 1),  # 5 msum: one feature's sums over its atoms (scratch)
+        np.empty(n_at + 1),  # 6 tsum: the trees' summed multipliers, per atom
+        np.empty((lg[n_at + 1] + 1, n_at)),  # 7 sparse table of msum
+        lg,  # 8
+        np.empty(T + 1, dtype=np.int64),  # 9 tfe: live tree -> first entry
+        np.empty(T + 1, dtype=np.int64),  # 10 tle: live tree -> first leaf record
+        np.empty(ecap, dtype=np.int32),  # 11 ef: entry -> feature
+        np.empty(ecap + 1, dtype=np.int64),  # 12 eseg: entry -> first segment
+        np.empty(ecap, dtype=np.int32),  # 13 etree: entry -> live tree
+        np.empty(ecap, dtype=np.int32),  # 14 eslot: entry -> slot in its tree's list
+        np.empty(ecap, dtype=np.int64),  # 15 flist: entries grouped by feature
+        np.empty(scap, dtype=np.int32),  # 16 cuts of each entry, sorted, then
+        np.empty(scap, dtype=np.int32),  # 17 sg_lo: segment -> first atom
+        np.empty(scap, dtype=np.int32),  # 18 sg_hi: segment -> last atom
+        np.empty(scap),  # 19 theta: multipliers, per segment
+        np.empty(scap),  # 20 mm: min-marginals, per segment (scratch)
+        np.empty(n_nodes),  # 21 r: leaf record -> current adjusted margin
+        np.empty(n_nodes + 1, dtype=np.int64),  # 22 lstart: leaf record -> first range
+        np.empty(rcap, dtype=np.int32),  # 23 ralo: range -> first segment (of its entry)
+        np.empty(rcap, dtype=np.int32),  # 24 rahi: range -> last segment
+        np.empty(rcap),  # 25 rcon: range -> its least multiplier
+        np.full(m, -1, dtype=np.int32),  # 26 fslot: feature -> entry (scratch, left -1)
+        np.empty(max_depth_nodes, dtype=np.int32),  # 27 DFS stack: node
+        np.empty(max_depth_nodes, dtype=np.int32),  # 28 DFS stack: depth
+        np.empty(max_depth_nodes + 1, dtype=np.int32),  # 29 path from the start node
+        np.empty(m + 1, dtype=np.int64),  # 30 fptr: feature -> first of its entries
+        np.empty(T, dtype=np.int32),  # 31 ttree: live tree -> tree id
+        np.empty(m, dtype=np.int32),  # 32 rlo: a leaf's first cell per listed feature
+        np.empty(m, dtype=np.int32),  # 33 rhi: its last cell
+        np.empty(max_depth_nodes, dtype=np.int32),  # 34 pe: one tree's cuts: entry
+        np.empty(max_depth_nodes, dtype=np.int32),  # 35 pc: and cut
     )
 
 
 @njit(cache=True, nogil=True)
-def _scan_tree(t, lo, hi, nf, ncut, nl, nr, start, stack, mark, coff, fslot, ef, nef):
-    """First pass over tree ``t``: mark the cuts of its undecided nodes and list the
-    features they test (appended to ``ef`` from ``nef``; ``fslot`` is left all -1).
-    Returns the new ``nef``, -1 when ``ef`` is full."""
+def _scan_tree(t, lo, hi, nf, ncut, nl, nr, start, stack, fslot, ef, nef, pe, pc, ecut, eseg,
+               nseg):
+    """First pass over tree ``t``: list the features its undecided nodes test (entries
+    appended to ``ef`` from ``nef``) and each entry's cuts, sorted and distinct (``ecut``
+    from ``eseg[entry]``; the entry has one segment more than cuts).
+    ``fslot`` is left all -1. Returns (nef, nseg), nef -1 when the records are full."""
     fstart = nef
-    cap = ef.shape[0]
     stack[0] = start[t]
     sp = 1
+    n_p = 0
     full = False
     while sp > 0:
         sp -= 1
@@ -99,14 +121,16 @@ def _scan_tree(t, lo, hi, nf, ncut, nl, nr, start, stack, mark, coff, fslot, ef,
         go_l = lo[f] <= cut
         go_r = hi[f] > cut
         if go_l and go_r:
-            mark[coff[f] + f + cut] = 1
             if fslot[f] < 0:
-                if nef >= cap:
+                if nef >= ef.shape[0]:
                     full = True
                     break
                 fslot[f] = nef
                 ef[nef] = f
                 nef += 1
+            pe[n_p] = fslot[f]
+            pc[n_p] = cut
+            n_p += 1
         if go_l:
             stack[sp] = nl[node]
             sp += 1
@@ -115,17 +139,46 @@ def _scan_tree(t, lo, hi, nf, ncut, nl, nr, start, stack, mark, coff, fslot, ef,
             sp += 1
     for k in range(fstart, nef):
         fslot[ef[k]] = -1
-    return -1 if full else nef
+        if full:
+            continue
+        eseg[k] = nseg
+        n_c = 0
+        for q in range(n_p):  # insertion sort of this entry's distinct cuts
+            if pe[q] != k:
+                continue
+            if nseg + n_c + 1 >= ecut.shape[0]:
+                full = True
+                break
+            c = pc[q]
+            pos = n_c
+            while pos > 0 and ecut[nseg + pos - 1] > c:
+                pos -= 1
+            if pos > 0 and ecut[nseg + pos - 1] == c:
+                continue
+            for j in range(n_c, pos, -1):
+                ecut[nseg + j] = ecut[nseg + j - 1]
+            ecut[nseg + pos] = c
+            n_c += 1
+        nseg += n_c + 1
+    return (-1 if full else nef), nseg
 
 
 @njit(cache=True, nogil=True)
-def _record_leaves(t, lo, hi, a, b, nf, ncut, nl, nr, nv, start, stack, sdep, path, coff,
-                   cell2atom, ef, f0, f1, fslot, rlo, rhi, r, lstart, nleaf, ralo, rahi, rcon,
-                   nrange):
+def _segment(ecut, s0, n_cut, cell):
+    """Index of the segment holding ``cell`` among an entry's ``n_cut`` sorted cuts."""
+    s = 0
+    while s < n_cut and ecut[s0 + s] < cell:
+        s += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _record_leaves(t, lo, hi, a, b, nf, ncut, nl, nr, nv, start, stack, sdep, path, ef, f0, f1,
+                   eseg, ecut, fslot, rlo, rhi, r, lstart, nleaf, ralo, rahi, rcon, nrange):
     """Second pass over tree ``t``: each reachable leaf's margin (into ``r``) and, per
-    listed feature ``ef[f0:f1]``, the atoms its cells span (``ralo``, ``rahi``; ``rcon``
-    zeroed). ``fslot``, ``rlo`` and ``rhi`` are scratch (shape (m,); ``fslot`` all -1 on
-    entry and exit). Returns (nrange, nleaf), nrange -1 when the records are full."""
+    listed entry ``f0..f1``, the segments of the entry its cells span (``ralo``, ``rahi``;
+    ``rcon`` zeroed). ``fslot``, ``rlo`` and ``rhi`` are scratch (shape (m,); ``fslot`` all
+    -1 on entry and exit). Returns (nrange, nleaf), nrange -1 when the records are full."""
     cap = ralo.shape[0]
     for k in range(f0, f1):
         fslot[ef[k]] = k - f0
@@ -156,9 +209,10 @@ def _record_leaves(t, lo, hi, a, b, nf, ncut, nl, nr, nv, start, stack, sdep, pa
                     else:
                         rlo[sl] = max(rlo[sl], ncut[p] + 1)
             for k in range(f0, f1):
-                g = ef[k]
-                ralo[nrange] = cell2atom[coff[g] + g + rlo[k - f0]]
-                rahi[nrange] = cell2atom[coff[g] + g + rhi[k - f0]]
+                s0 = eseg[k]
+                n_cut = eseg[k + 1] - s0 - 1
+                ralo[nrange] = _segment(ecut, s0, n_cut, rlo[k - f0])
+                rahi[nrange] = _segment(ecut, s0, n_cut, rhi[k - f0])
                 rcon[nrange] = 0.0
                 nrange += 1
             nleaf += 1
@@ -178,27 +232,74 @@ def _record_leaves(t, lo, hi, a, b, nf, ncut, nl, nr, nv, start, stack, sdep, pa
 
 
 @njit(cache=True, nogil=True)
-def _atoms(lo, hi, coff, mark, cell2atom, aoff):
-    """Number the atoms of every feature (runs of cells between marked cuts), clearing the
-    marks; returns the number of atoms."""
-    m = lo.shape[0]
+def _feature_cuts(m, ef, eseg, ecut, fptr, flist, fcut, foff, aoff):
+    """Every feature's live cuts (the union of its entries' cuts, the entries grouped by
+    ``fptr``, ``flist``), sorted and distinct, in ``fcut[foff[f]:foff[f] + n]``, and the
+    first atom of each feature (``aoff``: a feature with n cuts has n + 1 atoms). Returns
+    False when ``fcut`` is too small."""
+    foff[0] = 0
+    for f in range(m):
+        foff[f + 1] = foff[f]
+        for q in range(fptr[f], fptr[f + 1]):
+            k = flist[q]
+            foff[f + 1] += eseg[k + 1] - eseg[k] - 1
+    if foff[m] > fcut.shape[0]:
+        return False
     n_at = 0
     for f in range(m):
         aoff[f] = n_at
-        base_j = coff[f] + f
-        for j in range(lo[f], hi[f] + 1):
-            cell2atom[base_j + j] = n_at - aoff[f]
-            if mark[base_j + j] == 1:
-                mark[base_j + j] = 0
-                if j < hi[f]:
-                    n_at += 1
-        n_at += 1
-    aoff[m] = n_at
-    return n_at
+        n = 0
+        base = foff[f]
+        for qq in range(fptr[f], fptr[f + 1]):
+            k = flist[qq]
+            for q in range(eseg[k], eseg[k + 1] - 1):  # insertion, sorted and distinct
+                c = ecut[q]
+                pos = n
+                while pos > 0 and fcut[base + pos - 1] > c:
+                    pos -= 1
+                if pos > 0 and fcut[base + pos - 1] == c:
+                    continue
+                for j in range(n, pos, -1):
+                    fcut[base + j] = fcut[base + j - 1]
+                fcut[base + pos] = c
+                n += 1
+        n_at += n + 1
+        aoff[f + 1] = n_at
+    return True
 
 
 @njit(cache=True, nogil=True)
-def _extras(lo, hi, x, w, norm, gcol, coff, clow, cupp, cell2atom, aoff, bound, ext):
+def _atom_of(f, cell, fcut, foff, aoff):
+    """The atom of feature ``f`` holding ``cell``: how many of its live cuts lie before."""
+    lo_q = foff[f]
+    hi_q = foff[f] + (aoff[f + 1] - aoff[f] - 1)
+    while lo_q < hi_q:  # first cut >= cell
+        mid = (lo_q + hi_q) // 2
+        if fcut[mid] < cell:
+            lo_q = mid + 1
+        else:
+            hi_q = mid
+    return lo_q - foff[f]
+
+
+@njit(cache=True, nogil=True)
+def _segments(n_e, ef, eseg, ecut, lo, hi, fcut, foff, aoff, theta, sg_lo, sg_hi):
+    """Each entry's segments as atom ranges of its feature, multipliers zeroed."""
+    for k in range(n_e):
+        f = ef[k]
+        s0 = eseg[k]
+        n_cut = eseg[k + 1] - s0 - 1
+        first = lo[f]
+        for s in range(n_cut + 1):
+            last = ecut[s0 + s] if s < n_cut else hi[f]
+            sg_lo[s0 + s] = _atom_of(f, first, fcut, foff, aoff)
+            sg_hi[s0 + s] = _atom_of(f, last, fcut, foff, aoff)
+            theta[s0 + s] = 0.0
+            first = last + 1
+
+
+@njit(cache=True, nogil=True)
+def _extras(lo, hi, x, w, norm, gcol, coff, clow, cupp, fcut, foff, aoff, bound, ext):
     """Per atom, its extra distance beyond the box's own term on its feature (into
     ``ext``; l1, l2 in accumulated form). Returns the room: ``bound`` less the box's own
     terms, group columns and integral rounding left out (both only add to a point's
@@ -214,40 +315,162 @@ def _extras(lo, hi, x, w, norm, gcol, coff, clow, cupp, cell2atom, aoff, bound, 
     room = bound - tot if use else 0.0
     for f in range(m):
         gb = gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
-        base_j = coff[f] + f
-        j0 = lo[f]
-        for j in range(lo[f] + 1, hi[f] + 2):
-            if j <= hi[f] and cell2atom[base_j + j] == cell2atom[base_j + j0]:
-                continue
-            u = aoff[f] + cell2atom[base_j + j0]  # the atom of cells j0..j-1
+        n_cut = aoff[f + 1] - aoff[f] - 1
+        first = lo[f]
+        for u in range(n_cut + 1):  # atom u: cells first..last
+            last = fcut[foff[f] + u] if u < n_cut else hi[f]
             e = 0.0
             if room > 0.0 and gcol[f] < 0:
-                g = gap_term(x, w, f, j0, j - 1, coff, clow, cupp)
+                g = gap_term(x, w, f, first, last, coff, clow, cupp)
                 e = g - gb if norm == L1 else g * g - gb * gb
-            ext[u] = max(e, 0.0)
-            j0 = j
+            ext[aoff[f] + u] = max(e, 0.0)
+            first = last + 1
     return max(room, 0.0)
 
 
 @njit(cache=True, nogil=True)
-def _best_lambda(m, fptr, flist, eth, theta, aoff, ext, room, lam, tsum):
-    """The multiplier of the distance budget that maximises the features' part of the
-    bound for the current ``theta``: ``sum_f min_u (lam ext[u] - tsum[u]) - lam room`` is
-    concave in ``lam`` and its slope (the minimisers' extras less the room) falls as
-    ``lam`` grows, so bisection on the slope finds it. ``tsum`` receives the trees'
-    summed multipliers per atom."""
+def _index_entries(m, n_tr, tfe, ef, fptr, flist, etree, eslot, fslot):
+    """Group the entries by feature (``fptr``, ``flist``) and note each one's tree and
+    slot within the tree's list."""
+    for f in range(m + 1):
+        fptr[f] = 0
+    for i in range(n_tr):
+        for k in range(tfe[i], tfe[i + 1]):
+            fptr[ef[k] + 1] += 1
+            etree[k] = i
+            eslot[k] = k - tfe[i]
     for f in range(m):
+        fptr[f + 1] += fptr[f]
+    for f in range(m):
+        fslot[f] = fptr[f]  # fill pointers
+    for k in range(tfe[n_tr]):
+        g = ef[k]
+        flist[fslot[g]] = k
+        fslot[g] += 1
+    for f in range(m):
+        fslot[f] = -1
+
+
+@njit(cache=True, nogil=True)
+def _feature_sums(f, fptr, flist, eseg, sg_lo, sg_hi, vals, out):
+    """``out[u]`` (shape at least atoms of ``f`` + 1) = the sum over the entries of ``f`` of
+    ``vals`` at the segment holding atom ``u``: one difference array."""
+    na = 0
+    for q in range(fptr[f], fptr[f + 1]):
+        k = flist[q]
+        na = max(na, sg_hi[eseg[k + 1] - 1] + 1)
+    for u in range(na + 1):
+        out[u] = 0.0
+    for q in range(fptr[f], fptr[f + 1]):
+        k = flist[q]
+        for s in range(eseg[k], eseg[k + 1]):
+            out[sg_lo[s]] += vals[s]
+            out[sg_hi[s] + 1] -= vals[s]
+    run = 0.0
+    for u in range(na):
+        run += out[u]
+        out[u] = run
+
+
+@njit(cache=True, nogil=True)
+def _star_update(f, fptr, flist, etree, eslot, eseg, sg_lo, sg_hi, aoff, unary, msum, sp, lg,
+                 theta, mm, tle, lstart, r, ralo, rahi, rcon):
+    """The best multipliers of feature ``f`` given all others: each tree's min-marginal
+    along ``f`` is replaced by an equal share of their sum (with the feature's unary),
+    lowered to its least value over each of the tree's segments."""
+    n_f = fptr[f + 1] - fptr[f]
+    a0 = aoff[f]
+    na = aoff[f + 1] - a0
+    # min-marginals of the trees along f, without f's own multipliers
+    for q in range(fptr[f], fptr[f + 1]):
+        k = flist[q]
+        i = etree[k]
+        sl = eslot[k]
+        s0 = eseg[k]
+        for s in range(s0, eseg[k + 1]):
+            mm[s] = np.inf
+        for lf in range(tle[i], tle[i + 1]):
+            e = lstart[lf] + sl
+            v = r[lf] - rcon[e]
+            for s in range(s0 + ralo[e], s0 + rahi[e] + 1):
+                if v < mm[s]:
+                    mm[s] = v
+    _feature_sums(f, fptr, flist, eseg, sg_lo, sg_hi, mm, msum)
+    # msum + unary, and its sparse table for the least value over any run of atoms
+    for u in range(na):
+        sp[0, u] = msum[u] + unary[a0 + u]
+    j = 1
+    while (1 << j) <= na:
+        h = 1 << (j - 1)
+        for u in range(na - (1 << j) + 1):
+            sp[j, u] = min(sp[j - 1, u], sp[j - 1, u + h])
+        j += 1
+    share = 1.0 / (n_f + 1)
+    for q in range(fptr[f], fptr[f + 1]):
+        k = flist[q]
+        i = etree[k]
+        sl = eslot[k]
+        s0 = eseg[k]
+        for s in range(s0, eseg[k + 1]):
+            ln = lg[sg_hi[s] - sg_lo[s] + 1]
+            low = min(sp[ln, sg_lo[s]], sp[ln, sg_hi[s] - (1 << ln) + 1])
+            theta[s] = low * share - mm[s]
+        for lf in range(tle[i], tle[i + 1]):
+            e = lstart[lf] + sl
+            c = np.inf
+            for s in range(s0 + ralo[e], s0 + rahi[e] + 1):
+                if theta[s] < c:
+                    c = theta[s]
+            r[lf] += c - rcon[e]
+            rcon[e] = c
+
+
+@njit(cache=True, nogil=True)
+def _tree_sums(m, fptr, flist, eseg, sg_lo, sg_hi, aoff, theta, msum, tsum):
+    """``tsum[u]``: the trees' summed multipliers at every atom of every feature that
+    some tree tests (``msum`` scratch)."""
+    for f in range(m):
+        if fptr[f + 1] == fptr[f]:
+            continue
+        _feature_sums(f, fptr, flist, eseg, sg_lo, sg_hi, theta, msum)
+        for u in range(aoff[f + 1] - aoff[f]):
+            tsum[aoff[f] + u] = msum[u]
+
+
+@njit(cache=True, nogil=True)
+def _dual_value(const, n_tr, tle, r, m, fptr, aoff, unary, tsum):
+    """The bound for the current multipliers (``tsum`` from :func:`_tree_sums`): ``const``
+    (with ``- lam * room``) plus the trees' least adjusted leaves plus, per feature, the
+    least atom of its unary minus the trees' multipliers."""
+    tot = const
+    for i in range(n_tr):
+        low = np.inf
+        for lf in range(tle[i], tle[i + 1]):
+            if r[lf] < low:
+                low = r[lf]
+        tot += low
+    for f in range(m):
+        if fptr[f + 1] == fptr[f]:
+            continue  # no tree: its unary's least is 0 (the box's nearest cells)
+        low = np.inf
         for u in range(aoff[f], aoff[f + 1]):
-            v = 0.0
-            for q in range(fptr[f], fptr[f + 1]):
-                v += theta[eth[flist[q]] + u - aoff[f]]
-            tsum[u] = v
+            low = min(low, unary[u] - tsum[u])
+        tot += low
+    return tot
+
+
+@njit(cache=True, nogil=True)
+def _best_lambda(m, fptr, aoff, ext, tsum, room, lam):
+    """The multiplier of the distance budget that maximises the features' part of the
+    bound for the trees' summed multipliers ``tsum``: ``sum_f min_u (lam ext[u] - tsum[u])
+    - lam room`` is concave in ``lam`` and its slope (the minimisers' extras less the room)
+    falls as ``lam`` grows, so bisection on the slope finds it (to about 1e-6 relative)."""
     lo_l = 0.0
     hi_l = max(2.0 * lam, 1.0 / room)
     while _slope(m, fptr, aoff, ext, tsum, hi_l, room) > 0.0 and hi_l < 1e12 / room:
         lo_l = hi_l
         hi_l *= 4.0
-    for _ in range(40):
+    for _ in range(20):
         mid = 0.5 * (lo_l + hi_l)
         if _slope(m, fptr, aoff, ext, tsum, mid, room) > 0.0:
             lo_l = mid
@@ -275,110 +498,6 @@ def _slope(m, fptr, aoff, ext, tsum, lam, room):
 
 
 @njit(cache=True, nogil=True)
-def _index_entries(m, n_tr, tfe, ef, aoff, eth, theta, fptr, flist, etree, eslot, fslot):
-    """Give every feature entry its multipliers (zeroed) and group the entries by
-    feature (``fptr``, ``flist``). Returns False when ``theta`` is too small."""
-    n_th = 0
-    for f in range(m + 1):
-        fptr[f] = 0
-    for i in range(n_tr):
-        for k in range(tfe[i], tfe[i + 1]):
-            g = ef[k]
-            na = aoff[g + 1] - aoff[g]
-            if n_th + na > theta.shape[0]:
-                return False
-            eth[k] = n_th
-            for u in range(na):
-                theta[n_th + u] = 0.0
-            n_th += na
-            fptr[g + 1] += 1
-            etree[k] = i
-            eslot[k] = k - tfe[i]
-    for f in range(m):
-        fptr[f + 1] += fptr[f]
-    for f in range(m):
-        fslot[f] = fptr[f]  # fill pointers
-    for k in range(tfe[n_tr]):
-        g = ef[k]
-        flist[fslot[g]] = k
-        fslot[g] += 1
-    for f in range(m):
-        fslot[f] = -1
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _star_update(f, fptr, flist, etree, eslot, eth, aoff, unary, msum, theta, tle, lstart, r,
-                 ralo, rahi, rcon):
-    """The best multipliers of feature ``f`` given all others: each tree's min-marginal
-    along ``f`` is replaced by an equal share of their sum (with the feature's unary)."""
-    n_f = fptr[f + 1] - fptr[f]
-    a0 = aoff[f]
-    na = aoff[f + 1] - a0
-    for u in range(na):
-        msum[u] = unary[a0 + u]
-    # min-marginals (without this feature's own multipliers), kept in theta for now
-    for q in range(fptr[f], fptr[f + 1]):
-        k = flist[q]
-        i = etree[k]
-        sl = eslot[k]
-        th0 = eth[k]
-        for u in range(na):
-            theta[th0 + u] = np.inf
-        for lf in range(tle[i], tle[i + 1]):
-            e = lstart[lf] + sl
-            v = r[lf] - rcon[e]
-            for u in range(ralo[e], rahi[e] + 1):
-                if v < theta[th0 + u]:
-                    theta[th0 + u] = v
-        for u in range(na):
-            msum[u] += theta[th0 + u]
-    share = 1.0 / (n_f + 1)
-    for q in range(fptr[f], fptr[f + 1]):
-        k = flist[q]
-        i = etree[k]
-        sl = eslot[k]
-        th0 = eth[k]
-        for u in range(na):
-            theta[th0 + u] = msum[u] * share - theta[th0 + u]
-        for lf in range(tle[i], tle[i + 1]):
-            e = lstart[lf] + sl
-            c = np.inf
-            for u in range(ralo[e], rahi[e] + 1):
-                if theta[th0 + u] < c:
-                    c = theta[th0 + u]
-            r[lf] += c - rcon[e]
-            rcon[e] = c
-
-
-@njit(cache=True, nogil=True)
-def _dual_value(const, n_tr, tle, r, m, fptr, flist, eth, theta, aoff, unary):
-    """The bound for the current multipliers: ``const`` (with ``- lam * room``) plus the
-    trees' least adjusted leaves plus, per feature, the least atom of its unary minus the
-    trees' multipliers."""
-    tot = const
-    for i in range(n_tr):
-        low = np.inf
-        for lf in range(tle[i], tle[i + 1]):
-            if r[lf] < low:
-                low = r[lf]
-        tot += low
-    for f in range(m):
-        if fptr[f + 1] == fptr[f]:
-            continue  # no tree: its unary's least is 0 (the box's nearest cells)
-        a0 = aoff[f]
-        low = np.inf
-        for u in range(aoff[f + 1] - a0):
-            v = unary[a0 + u]
-            for q in range(fptr[f], fptr[f + 1]):
-                v -= theta[eth[flist[q]] + u]
-            if v < low:
-                low = v
-        tot += low
-    return tot
-
-
-@njit(cache=True, nogil=True)
 def dual_bound(lo, hi, a, b, act, n_act, cs, nf, ncut, nl, nr, nv, start, x, w, norm, gcol, coff,
                clow, cupp, kappa, bound, sweeps, tol, dw):
     """Lower bound of ``score_a - score_b`` over the points of the box ``lo..hi`` (cells,
@@ -394,19 +513,21 @@ def dual_bound(lo, hi, a, b, act, n_act, cs, nf, ncut, nl, nr, nv, start, x, w, 
     (n_classes,)) the base plus the leaf values of the others; ``coff``, ``clow``,
     ``cupp`` the grid's cells. Returns ``-inf`` when the box's records do not fit the
     workspace ``dw`` (:func:`dual_workspace`)."""
-    (mark, cell2atom, aoff, unary, ext, msum, tfe, tle, ef, eth, theta, r, lstart, ralo, rahi,
-     rcon, fslot, stack, sdep, path, fptr, flist, etree, eslot, ttree, rlo, rhi) = dw
+    (fcut, foff, aoff, unary, ext, msum, tsum, sp, lg, tfe, tle, ef, eseg, etree, eslot,
+     flist, ecut, sg_lo, sg_hi, theta, mm, r, lstart, ralo, rahi, rcon, fslot, stack, sdep,
+     path, fptr, ttree, rlo, rhi, pe, pc) = dw
     m = lo.shape[0]
     const = cs[a] - cs[b]
     # -- pass 1: the live trees' undecided cuts and features; constant trees fold in
     nef = 0
+    nseg = 0
     n_tr = 0
     for i in range(n_act):
         t = act[i]
         fstart = nef
-        nef = _scan_tree(t, lo, hi, nf, ncut, nl, nr, start, stack, mark, coff, fslot, ef, nef)
+        nef, nseg = _scan_tree(t, lo, hi, nf, ncut, nl, nr, start, stack, fslot, ef, nef, pe,
+                               pc, ecut, eseg, nseg)
         if nef < 0:
-            _atoms(lo, hi, coff, mark, cell2atom, aoff)  # clears the marks
             return -np.inf
         if nef == fstart:  # no undecided node: constant on the box
             leaf = _only_leaf(t, lo, nf, ncut, nl, nr, start)
@@ -416,43 +537,45 @@ def dual_bound(lo, hi, a, b, act, n_act, cs, nf, ncut, nl, nr, nv, start, x, w, 
         tfe[n_tr] = fstart
         n_tr += 1
     tfe[n_tr] = nef
-    _atoms(lo, hi, coff, mark, cell2atom, aoff)
-    room = _extras(lo, hi, x, w, norm, gcol, coff, clow, cupp, cell2atom, aoff, bound, ext)
+    eseg[nef] = nseg
+    _index_entries(m, n_tr, tfe, ef, fptr, flist, etree, eslot, fslot)
+    if not _feature_cuts(m, ef, eseg, ecut, fptr, flist, fcut, foff, aoff):
+        return -np.inf
+    _segments(nef, ef, eseg, ecut, lo, hi, fcut, foff, aoff, theta, sg_lo, sg_hi)
+    room = _extras(lo, hi, x, w, norm, gcol, coff, clow, cupp, fcut, foff, aoff, bound, ext)
     lam = kappa / room if room > 0.0 else 0.0
     for u in range(aoff[m]):
         unary[u] = lam * ext[u]
+        tsum[u] = 0.0
     # -- pass 2: leaf records, per tree
     nrange = 0
     nleaf = 0
     for i in range(n_tr):
         tle[i] = nleaf
         nrange, nleaf = _record_leaves(ttree[i], lo, hi, a, b, nf, ncut, nl, nr, nv, start,
-                                       stack, sdep, path, coff, cell2atom, ef, tfe[i],
-                                       tfe[i + 1], fslot, rlo, rhi, r, lstart, nleaf, ralo,
-                                       rahi, rcon, nrange)
+                                       stack, sdep, path, ef, tfe[i], tfe[i + 1], eseg, ecut,
+                                       fslot, rlo, rhi, r, lstart, nleaf, ralo, rahi, rcon,
+                                       nrange)
         if nrange < 0:
             return -np.inf
     tle[n_tr] = nleaf
     lstart[nleaf] = nrange
-    if not _index_entries(m, n_tr, tfe, ef, aoff, eth, theta, fptr, flist, etree, eslot, fslot):
-        return -np.inf
     # -- block coordinate ascent, one feature's multipliers at a time
-    best = _dual_value(const - lam * room, n_tr, tle, r, m, fptr, flist, eth, theta, aoff,
-                       unary)
+    best = _dual_value(const - lam * room, n_tr, tle, r, m, fptr, aoff, unary, tsum)
     last = best
     for s in range(sweeps):
         if best > tol:
             break
         for f in range(m):
             if fptr[f + 1] > fptr[f]:
-                _star_update(f, fptr, flist, etree, eslot, eth, aoff, unary, msum, theta, tle,
-                             lstart, r, ralo, rahi, rcon)
+                _star_update(f, fptr, flist, etree, eslot, eseg, sg_lo, sg_hi, aoff, unary,
+                             msum, sp, lg, theta, mm, tle, lstart, r, ralo, rahi, rcon)
+        _tree_sums(m, fptr, flist, eseg, sg_lo, sg_hi, aoff, theta, msum, tsum)
         if lam > 0.0:  # the distance budget's multiplier, best for these theta
-            lam = _best_lambda(m, fptr, flist, eth, theta, aoff, ext, room, lam, msum)
+            lam = _best_lambda(m, fptr, aoff, ext, tsum, room, lam)
             for u in range(aoff[m]):
                 unary[u] = lam * ext[u]
-        val = _dual_value(const - lam * room, n_tr, tle, r, m, fptr, flist, eth, theta, aoff,
-                          unary)
+        val = _dual_value(const - lam * room, n_tr, tle, r, m, fptr, aoff, unary, tsum)
         best = max(best, val)
         gain = val - last
         last = val
