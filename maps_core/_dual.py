@@ -143,24 +143,30 @@ def _scan_tree(t, lo, hi, nf, ncut, nl, nr, start, stack, fslot, ef, nef, pe, pc
             continue
         eseg[k] = nseg
         n_c = 0
-        for q in range(n_p):  # insertion sort of this entry's distinct cuts
+        for q in range(n_p):  # this entry's cuts, sorted and distinct
             if pe[q] != k:
                 continue
             if nseg + n_c + 1 >= ecut.shape[0]:
                 full = True
                 break
-            c = pc[q]
-            pos = n_c
-            while pos > 0 and ecut[nseg + pos - 1] > c:
-                pos -= 1
-            if pos > 0 and ecut[nseg + pos - 1] == c:
-                continue
-            for j in range(n_c, pos, -1):
-                ecut[nseg + j] = ecut[nseg + j - 1]
-            ecut[nseg + pos] = c
-            n_c += 1
+            n_c = _insert_distinct(ecut, nseg, n_c, pc[q])
         nseg += n_c + 1
     return (-1 if full else nef), nseg
+
+
+@njit(cache=True, nogil=True)
+def _insert_distinct(arr, base, n, c):
+    """Insert ``c`` into the sorted, distinct run ``arr[base:base + n]`` (room for one more
+    is the caller's); returns the run's new length."""
+    pos = n
+    while pos > 0 and arr[base + pos - 1] > c:
+        pos -= 1
+    if pos > 0 and arr[base + pos - 1] == c:
+        return n
+    for j in range(n, pos, -1):
+        arr[base + j] = arr[base + j - 1]
+    arr[base + pos] = c
+    return n + 1
 
 
 @njit(cache=True, nogil=True)
@@ -252,17 +258,8 @@ def _feature_cuts(m, ef, eseg, ecut, fptr, flist, fcut, foff, aoff):
         base = foff[f]
         for qq in range(fptr[f], fptr[f + 1]):
             k = flist[qq]
-            for q in range(eseg[k], eseg[k + 1] - 1):  # insertion, sorted and distinct
-                c = ecut[q]
-                pos = n
-                while pos > 0 and fcut[base + pos - 1] > c:
-                    pos -= 1
-                if pos > 0 and fcut[base + pos - 1] == c:
-                    continue
-                for j in range(n, pos, -1):
-                    fcut[base + j] = fcut[base + j - 1]
-                fcut[base + pos] = c
-                n += 1
+            for q in range(eseg[k], eseg[k + 1] - 1):
+                n = _insert_distinct(fcut, base, n, ecut[q])
         n_at += n + 1
         aoff[f + 1] = n_at
     return True
