@@ -58,17 +58,9 @@ class Dual:
         w = np.ones(self.m) if w is None else w
         return dual_bound(lo, hi, a, 1 - a, self.act, len(self.act), k.base.copy(), k.nf,
                           k.ncut, k.nl, k.nr, k.nv, k.roots.copy(), x, w, norm,
-                          np.full(self.m, -1, dtype=np.int64), k.coff, self.grid_clow,
-                          self.grid_cupp, kappa, radius, sweeps, np.inf,
+                          np.full(self.m, -1, dtype=np.int64), k.coff, self.grid.cell_lower,
+                          self.grid.cell_upper, kappa, radius, sweeps, np.inf,
                           self.dw if dw is None else dw)
-
-    @property
-    def grid_clow(self):
-        return self.grid.cell_lower
-
-    @property
-    def grid_cupp(self):
-        return self.grid.cell_upper
 
 
 KINDS = [("rf", 0), ("rf", 5), ("et", 1), ("gb", 2)]
@@ -115,7 +107,7 @@ def test_ball_bound_is_sound_for_points_within_reach(kind, seed, norm):
     d = Dual(kind, seed)
     rng = np.random.default_rng(seed + 20)
     above_box = 0
-    clow, cupp = d.grid_clow, d.grid_cupp
+    clow, cupp = d.grid.cell_lower, d.grid.cell_upper
     coff = d.kern.coff
     for _ in range(150):
         lo, hi, cells = d.random_box(rng, 6)
