@@ -268,15 +268,8 @@ def _feature_cuts(m, ef, eseg, ecut, fptr, flist, fcut, foff, aoff):
 @njit(cache=True, nogil=True)
 def _atom_of(f, cell, fcut, foff, aoff):
     """The atom of feature ``f`` holding ``cell``: how many of its live cuts lie before."""
-    lo_q = foff[f]
-    hi_q = foff[f] + (aoff[f + 1] - aoff[f] - 1)
-    while lo_q < hi_q:  # first cut >= cell
-        mid = (lo_q + hi_q) // 2
-        if fcut[mid] < cell:
-            lo_q = mid + 1
-        else:
-            hi_q = mid
-    return lo_q - foff[f]
+    n_cut = aoff[f + 1] - aoff[f] - 1
+    return np.searchsorted(fcut[foff[f]:foff[f] + n_cut], cell)
 
 
 @njit(cache=True, nogil=True)
