@@ -111,6 +111,8 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
         for b in range(c):
             mn[b] = np.inf
             mx[b] = -np.inf
+        mn[a] = 0.0
+        mx[a] = 0.0
         top = -1
         feat = -1
         ftop = -1
@@ -125,12 +127,20 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
             c_hi = shi[sp]
             f = nf[node]
             if f < 0:
-                for b in range(c):
+                if c == 2:  # the other class alone (a's margin over itself stays 0)
+                    b = 1 - a
                     d = nv[node, a] - nv[node, b]
                     if d < mn[b]:
                         mn[b] = d
                     if d > mx[b]:
                         mx[b] = d
+                else:
+                    for b in range(c):
+                        d = nv[node, a] - nv[node, b]
+                        if d < mn[b]:
+                            mn[b] = d
+                        if d > mx[b]:
+                            mx[b] = d
                 if top >= 0:
                     lnode[n_rec] = node
                     llo[n_rec] = c_lo
@@ -354,32 +364,54 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
         touched[f] = 0
         j0 = coff[f] + f
         if shrink and worst <= tol:
-            first = -1
-            last = -1
-            for b in range(c):
-                run_b[b] = 0.0
-            for j in range(lo[f], hi[f] + 1):
-                out = True
-                for b in range(c):
-                    run_b[b] += diff[j0 + j, b]
-                    diff[j0 + j, b] = 0.0
-                    if tmask[b] and b != a and lb[b] - flow[f, b] + run_b[b] <= tol:
-                        out = False
-                if not out:
+            first, last = _target_hull(diff[j0 + lo[f]:j0 + hi[f] + 1], a, lb, flow[f],
+                                       run_b, tmask, tol)
+            if first > 0 or (first >= 0 and last < hi[f] - lo[f]):
+                nlo[f] = lo[f] + first
+                nhi[f] = lo[f] + last
+                narrowed = True
+        diff[j0 + lo[f]:j0 + hi[f] + 2] = 0.0
+    return worst, narrowed
+
+
+@njit(cache=True, nogil=True)
+def _target_hull(diff, a, lb, flow, run_b, tmask, tol):
+    """First and last of one feature's cells (their sums' differences ``diff``, shape
+    (n, c)) where the margin of ``a`` over some target class ``b`` may be ``tol`` or less:
+    ``lb[b] - flow[b]`` (the bound without the feature's own minimum ``flow``) plus the
+    feature's running sum; (-1, -1) when there is none. ``run_b`` (shape (c,)) is
+    scratch."""
+    c = lb.shape[0]
+    first = -1
+    last = -1
+    if c == 2:
+        # One other class: no loop over the classes inside the loop over the cells. With
+        # interval_bound's two-class branch, Credit RF 100x5 (19 l1 queries, the same
+        # boxes) took 0.86-0.90x the time.
+        b = 1 - a
+        if tmask[b]:
+            rest = lb[b] - flow[b]
+            run = 0.0
+            for j in range(diff.shape[0]):
+                run += diff[j, b]
+                if rest + run <= tol:
                     if first < 0:
                         first = j
                     last = j
-            if first > lo[f] or (first >= 0 and last < hi[f]):
-                nlo[f] = first
-                nhi[f] = last
-                narrowed = True
-        else:
-            for j in range(j0 + lo[f], j0 + hi[f] + 1):
-                for b in range(c):
-                    diff[j, b] = 0.0
+        return first, last
+    for b in range(c):
+        run_b[b] = 0.0
+    for j in range(diff.shape[0]):
+        out = True
         for b in range(c):
-            diff[j0 + hi[f] + 1, b] = 0.0
-    return worst, narrowed
+            run_b[b] += diff[j, b]
+            if tmask[b] and b != a and lb[b] - flow[b] + run_b[b] <= tol:
+                out = False
+        if not out:
+            if first < 0:
+                first = j
+            last = j
+    return first, last
 
 
 __all__ = [
