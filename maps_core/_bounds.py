@@ -125,54 +125,55 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
             node = stack[sp]
             c_lo = slo[sp]
             c_hi = shi[sp]
-            f = nf[node]
-            if f < 0:
-                if c == 2:  # the other class alone (a's margin over itself stays 0)
-                    b = 1 - a
-                    d = nv[node, a] - nv[node, b]
-                    if d < mn[b]:
-                        mn[b] = d
-                    if d > mx[b]:
-                        mx[b] = d
-                else:
-                    for b in range(c):
+            while True:  # down the path, stacking only the left child of undecided nodes
+                f = nf[node]
+                if f < 0:
+                    if c == 2:  # the other class alone (a's margin over itself stays 0)
+                        b = 1 - a
                         d = nv[node, a] - nv[node, b]
                         if d < mn[b]:
                             mn[b] = d
                         if d > mx[b]:
                             mx[b] = d
-                if top >= 0:
-                    lnode[n_rec] = node
-                    llo[n_rec] = c_lo
-                    lhi[n_rec] = c_hi
-                    n_rec += 1
-                continue
-            cut = ncut[node]
-            go_l = lo[f] <= cut
-            go_r = hi[f] > cut
-            if go_l and go_r:
-                if top < 0:
-                    # The only branching point above all others: intervals start here.
-                    top = node
-                    feat = f
-                    ftop = f
-                    c_lo = lo[f]
-                    c_hi = hi[f]
-                elif feat != f:
-                    feat = -2
-            if f == ftop:  # narrow the interval along the top node's feature
-                sp = push_sides(stack, slo, shi, sp, nl[node], nr[node], c_lo, c_hi, cut)
-                continue
-            if go_l:
-                stack[sp] = nl[node]
-                slo[sp] = c_lo
-                shi[sp] = c_hi
-                sp += 1
-            if go_r:
-                stack[sp] = nr[node]
-                slo[sp] = c_lo
-                shi[sp] = c_hi
-                sp += 1
+                    else:
+                        for b in range(c):
+                            d = nv[node, a] - nv[node, b]
+                            if d < mn[b]:
+                                mn[b] = d
+                            if d > mx[b]:
+                                mx[b] = d
+                    if top >= 0:
+                        lnode[n_rec] = node
+                        llo[n_rec] = c_lo
+                        lhi[n_rec] = c_hi
+                        n_rec += 1
+                    break
+                cut = ncut[node]
+                go_l = lo[f] <= cut
+                go_r = hi[f] > cut
+                if go_l and go_r:
+                    if top < 0:
+                        # The only branching point above all others: intervals start here.
+                        top = node
+                        feat = f
+                        ftop = f
+                        c_lo = lo[f]
+                        c_hi = hi[f]
+                    elif feat != f:
+                        feat = -2
+                if f == ftop:  # narrow the interval along the top node's feature
+                    sp = push_sides(stack, slo, shi, sp, nl[node], nr[node], c_lo, c_hi, cut)
+                    break
+                if go_l and go_r:
+                    stack[sp] = nl[node]
+                    slo[sp] = c_lo
+                    shi[sp] = c_hi
+                    sp += 1
+                    node = nr[node]  # the right child first, as popping the stack would
+                elif go_l:
+                    node = nl[node]
+                else:
+                    node = nr[node]
         tnleaf[t] = n_rec - tleaf[t]
         top_n[t] = top if top >= 0 else node  # constant tree: its only reachable leaf
         spread = 0.0
