@@ -377,11 +377,11 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
 
 @njit(cache=True, nogil=True)
 def _target_hull(diff, a, lb, flow, run_b, tmask, tol):
-    """First and last of one feature's cells (their sums' differences ``diff``, shape
-    (n, c)) where the margin of ``a`` over some target class ``b`` may be ``tol`` or less:
-    ``lb[b] - flow[b]`` (the bound without the feature's own minimum ``flow``) plus the
-    feature's running sum; (-1, -1) when there is none. ``run_b`` (shape (c,)) is
-    scratch."""
+    """Positions of the first and last of one feature's cells in a box (``diff``, shape
+    (n, c): their sums' differences, row 0 the box's first cell) where the margin of ``a``
+    over some target class ``b`` may be ``tol`` or less: ``lb[b] - flow[b]`` (the bound
+    without the feature's own minimum ``flow``, shape (c,)) plus the feature's running
+    sum; (-1, -1) when there is none. ``run_b`` (shape (c,)) is scratch."""
     c = lb.shape[0]
     first = -1
     last = -1
