@@ -25,8 +25,9 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
 
 The decision is ``LGBMClassifier.predict``'s: the argmax of the class probabilities, which
 for a binary model is class 1 iff ``sigmoid(raw) > 0.5`` (class 0 at exactly 0.5), and for
-``multiclass`` (softmax) or ``multiclassova`` (a sigmoid per class) the argmax of the raw
-scores, first index on a tie. :class:`LightGBMModel` emulates it in float64 (LightGBM's
+``multiclass`` (a softmax of the raw scores) or ``multiclassova`` (a sigmoid per class) the
+argmax of those probabilities, first index on a tie (two raw scores a float64 ulp apart
+may give equal probabilities). :class:`LightGBMModel` emulates it in float64 (LightGBM's
 own arithmetic), and the engine asks it wherever the flat ensemble's margin is too small
 to decide.
 """

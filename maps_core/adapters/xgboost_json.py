@@ -4,8 +4,10 @@ here, never loaded through XGBoost.
 What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsemble`:
 
 * ``learner.objective.name``: ``binary:logistic`` (one score, class 1 iff the float32
-  probability exceeds 0.5), ``multi:softprob`` / ``multi:softmax`` (one score per class,
-  argmax of the float32 softmax, first index on a tie);
+  probability exceeds 0.5), ``multi:softprob`` (one score per class, argmax of the
+  float32 softmax, first index on a tie) and ``multi:softmax`` (one score per class,
+  argmax of the float32 scores themselves, first index on a tie: two scores an ulp
+  apart can round to the same probability, and then the two objectives disagree);
 * ``learner_model_param.base_score``: stored as a probability for ``binary:logistic``
   (the margin it adds is ``-log(1/p - 1)``), as a margin for the multiclass objectives;
   a scalar or one value per class (``"[5E-1]"``);
@@ -100,7 +102,11 @@ class XGBoostModel:
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Class labels as ``XGBClassifier.predict``: class 1 iff the float32 probability
-        exceeds 0.5, else the first index of the highest probability."""
+        exceeds 0.5; with ``multi:softmax``, the first index of the highest score (the
+        booster's own transform, before any softmax); else the first index of the highest
+        probability."""
+        if self.objective == "multi:softmax":
+            return np.argmax(self.margins(X), axis=1)
         proba = self.predict_proba(X)
         if self.objective == "binary:logistic":
             return (proba[:, 1] > np.float32(0.5)).astype(np.int64)

@@ -108,6 +108,42 @@ def test_a_probability_that_rounds_to_one_half_is_class_0(tmp_path):
     assert seen == {0, 1}  # both sides of the rounding were exercised
 
 
+@pytest.mark.parametrize("objective", ["multi:softmax", "multi:softprob"])
+def test_scores_an_ulp_apart_follow_the_objective(objective, tmp_path):
+    """Two class scores one float32 ulp apart round to the same float32 probability:
+    ``multi:softmax`` takes the higher score (its argmax is over the scores), while
+    ``multi:softprob`` takes the first of the tied probabilities. Found by a fuzz round
+    (an XGBoost 3-class model whose maps labelled such a point as the other class). The
+    files hold no split that matters (every leaf 0), so the base scores are the scores;
+    XGBoost itself, loading each file, is the reference."""
+    import json
+
+    X, y = _data(3)
+    xgb.XGBClassifier(objective=objective, n_estimators=1, max_depth=1,
+                      random_state=0).fit(X, y).save_model(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_text())
+    top = np.float32(-0.23410137)
+    scores = [np.nextafter(top, np.float32(-np.inf)), np.float32(-0.347812), top]
+    doc["learner"]["learner_model_param"]["base_score"] = (
+        "[" + ",".join(repr(float(v)) for v in scores) + "]")
+    for tree in doc["learner"]["gradient_booster"]["model"]["trees"]:
+        tree["split_conditions"] = [0.0 if left == -1 else c for c, left
+                                    in zip(tree["split_conditions"], tree["left_children"],
+                                           strict=True)]
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    ref = xgb.XGBClassifier()
+    ref.load_model(tmp_path / "p.json")
+    model = parse_xgboost((tmp_path / "p.json").read_bytes())
+    P = X[:5]
+    want = ref.predict(P)
+    assert np.array_equal(model.margins(P), ref.predict(P, output_margin=True))
+    proba = model.predict_proba(P)
+    assert proba[0, 0] == proba[0, 2]  # the float32 probabilities tie
+    assert set(want) == ({2} if objective == "multi:softmax" else {0})
+    assert np.array_equal(model.predict(P), want)
+    assert np.array_equal(np.asarray(CounterfactualMaps.build(model).predict(P)), want)
+
+
 def _brute_force(ref, model, x, target, w, norm):
     """Exact optimum over real inputs on the threshold grid (no maps_core code): float32(x)
     < t sends x left, so along a feature a cell ends halfway between the float32 below t
