@@ -141,6 +141,39 @@ def test_refusals_name_the_problem():
         parse_lightgbm(text)
 
 
+def test_raw_scores_an_ulp_apart_tie_in_probability():
+    """Two multiclass raw scores one float64 ulp apart give equal probabilities, and
+    ``LGBMClassifier.predict`` (the argmax of ``predict_proba``) takes the first of them,
+    not the higher raw score (XGBoost's ``multi:softmax`` does the opposite; see
+    test_xgboost). Every leaf of the model text is rewritten to its class's score, so the
+    scores are the same everywhere; LightGBM's own booster, loading the text, is the
+    reference."""
+    import re
+
+    X, y = _data(3)
+    text = lgb.LGBMClassifier(n_estimators=1, num_leaves=2, verbose=-1,
+                              random_state=0).fit(X, y).booster_.model_to_string()
+    top = -0.23410137
+    scores = [np.nextafter(top, -np.inf), -0.347812, top]
+    head, *trees = text.split("Tree=")
+    trees = [re.sub(r"leaf_value=([^\n]*)",
+                    lambda mt, v=scores[i % 3]: "leaf_value=" + " ".join(
+                        repr(float(v)) for _ in mt.group(1).split()), t, count=1)
+             for i, t in enumerate(trees)]
+    # the trees' byte sizes changed: without its tree_sizes line, LightGBM reads them in order
+    text = re.sub(r"tree_sizes=[^\n]*\n", "", "Tree=".join([head, *trees]))
+    booster = lgb.Booster(model_str=text)
+    model = parse_lightgbm(text)
+    P = X[:5]
+    assert np.array_equal(model.raw_scores(P), booster.predict(P, raw_score=True))
+    proba = booster.predict(P)
+    assert proba[0, 0] == proba[0, 2]  # LightGBM's own probabilities tie
+    want = np.argmax(proba, axis=1)  # what LGBMClassifier.predict returns
+    assert set(want) == {0}
+    assert np.array_equal(model.predict(P), want)
+    assert np.array_equal(np.asarray(CounterfactualMaps.build(model).predict(P)), want)
+
+
 def test_inputs_lightgbm_reads_as_zero():
     """LightGBM reads |x| <= 1e-35 (as a float32) as 0.0, and puts its splits between
     negative values and zero at -1e-35 itself: points in and around that zone must go
