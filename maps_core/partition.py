@@ -526,8 +526,11 @@ class Kernel(NamedTuple):
         left and right child of every node.
     nv : ndarray of shape (n_nodes, n_classes), float64
         Leaf values.
-    roots : ndarray of shape (n_trees,), int32
+    roots : ndarray of shape (n_split_trees,), int32
+        Roots of the trees that split: a tree that is a single leaf adds the same vector
+        everywhere, so it is summed into ``base`` instead.
     base : ndarray of shape (n_classes,), float64
+        The ensemble's base score plus the value of every single-leaf tree.
     tie_high : bool
         Exact score ties go to the higher class index.
     tol : float
@@ -561,14 +564,21 @@ class Kernel(NamedTuple):
             sl = slice(int(r0), int(r1))
             scale += float(np.abs(nv[sl][leaf[sl]]).max(initial=0.0))
         sizes = np.diff(np.concatenate([ens.roots, [ens.n_nodes]]))
+        # Single-leaf trees (XGBoost's random-forest mode, LightGBM and boosting stages that
+        # found no split) go into the base. The kernels take a tree as live while its node
+        # splits, and the mixed-region search starts every tree at its root: it left such
+        # a tree's value out of the scores (an XGBoost forest whose three leaf trees held
+        # its class, labelled the other class everywhere at query time).
+        split = ens.node_feature[ens.roots] >= 0
+        base = np.asarray(ens.base, dtype=np.float64) + nv[ens.roots[~split]].sum(axis=0)
         return cls(
             nf=np.ascontiguousarray(ens.node_feature, dtype=np.int32),
             ncut=np.ascontiguousarray(grid.node_cut, dtype=np.int32),
             nl=np.ascontiguousarray(ens.node_left, dtype=np.int32),
             nr=np.ascontiguousarray(ens.node_right, dtype=np.int32),
             nv=nv,
-            roots=np.ascontiguousarray(ens.roots, dtype=np.int32),
-            base=np.ascontiguousarray(ens.base, dtype=np.float64),
+            roots=np.ascontiguousarray(ens.roots[split], dtype=np.int32),
+            base=np.ascontiguousarray(base),
             tie_high=ens.tie_break == "high",
             tol=_tolerance(ens, scale),
             max_depth_nodes=int(sizes.max()) + 2,

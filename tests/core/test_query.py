@@ -270,3 +270,39 @@ def test_l0_counts_changes_exactly_whatever_the_weights(w):
         res = maps.counterfactual(np.zeros(3), target, norm="l0", weights=[w, w, w])
         assert res.best.distance == changes
         assert np.count_nonzero(res.best.x) == changes
+
+
+@pytest.mark.parametrize("budget", [{}, {"max_seconds": 0.0}], ids=["complete", "mixed"])
+@pytest.mark.parametrize("norm", NORMS)
+def test_single_leaf_trees_count_in_every_search(norm, budget):
+    """Trees that found no split worth making (``min_impurity_decrease``; XGBoost and
+    LightGBM make such trees too) add their value everywhere, and with unbalanced classes
+    they decide many inputs. The mixed-region search starts a box with the trees that
+    split, and used to leave those trees out of the scores: its answers there were points
+    the model labels otherwise."""
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y = make_classification(n_samples=400, n_features=4, n_informative=1, n_redundant=0,
+                               n_clusters_per_class=1, weights=[0.75], flip_y=0.1,
+                               random_state=0)
+    model = RandomForestClassifier(n_estimators=12, max_depth=3, max_features=1,
+                                   min_impurity_decrease=0.03, random_state=0).fit(X, y)
+    single = [e.tree_.node_count == 1 for e in model.estimators_]
+    assert 0 < sum(single) < len(single)
+    maps = CounterfactualMaps.build(model, **budget)
+    assert maps.engine.has_mixed == bool(budget)
+    # queries where the trees that split alone would decide the other class
+    P = np.random.default_rng(0).normal(scale=2, size=(4000, 4))
+    split_only = np.mean([e.predict_proba(P) for e, s in zip(model.estimators_, single,
+                                                             strict=True) if not s], axis=0)
+    flipped = P[split_only.argmax(axis=1) != model.predict(P)]
+    assert len(flipped) > 100
+    w = np.array([0.5, 1.0, 1.5, 2.0])
+    for x in np.vstack([flipped[:6], X[:6]]):
+        for t in range(2):
+            res = maps.counterfactual(x, maps.classes[t], norm=norm, weights=w)
+            want = brute_force(model, x, t, w, norm)
+            assert res.best is not None
+            assert abs(res.best.distance - want) <= 1e-9 * max(1.0, want)
+            assert model.predict(res.best.x[None])[0] == maps.classes[t]
