@@ -225,7 +225,7 @@ def sweep_workspace(coff, m, c, max_depth_nodes):
     d = max_depth_nodes
     return (np.zeros((coff[-1] + m, c)), np.zeros(m, dtype=np.int32),
             np.empty(d, dtype=np.int32), np.empty((d, c)), np.empty((m, c)), np.empty(c),
-            np.empty((m, c), dtype=np.int32))
+            np.empty((m, c), dtype=np.int32), np.full(3, -1, dtype=np.int64))
 
 
 @njit(cache=True, nogil=True)
@@ -263,11 +263,15 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
     class b, ``lb[b] - (f's minimum) + (f's sum at j) > tol`` holds no target point (class
     a beats b there by more than the tolerance). ``nlo``, ``nhi`` (shape (m,)) receive the
     region narrowed, per feature, to the hull of the other cells: it holds every target
-    point of the region.
+    point of the region. ``gap`` (shape (3,)) receives the widest run of such cells inside
+    one of those hulls, of at least :data:`GAP_MIN_CELLS` cells: its feature and its first
+    and last cell (feature -1 when there is none); the narrowed box less that run still
+    holds every target point.
 
-    Returns (min over b != a of lb[b], whether the region was narrowed).
+    Returns (min over b != a of lb[b], whether the region was narrowed or holds a gap).
     """
-    diff, touched, seg, segmin, flow, run_b, amin = sw
+    diff, touched, seg, segmin, flow, run_b, amin, gap = sw
+    gap[0] = -1
     _, _, lnode, llo, lhi, tleaf, tnleaf = rec
     c = cs.shape[0]
     m = lo.shape[0]
@@ -365,14 +369,27 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
         touched[f] = 0
         j0 = coff[f] + f
         if shrink and worst <= tol:
-            first, last = _target_hull(diff[j0 + lo[f]:j0 + hi[f] + 1], a, lb, flow[f],
-                                       run_b, tmask, tol)
+            first, last, g0, g1 = _target_hull(diff[j0 + lo[f]:j0 + hi[f] + 1], a, lb,
+                                               flow[f], run_b, tmask, tol)
             if first > 0 or (first >= 0 and last < hi[f] - lo[f]):
                 nlo[f] = lo[f] + first
                 nhi[f] = lo[f] + last
                 narrowed = True
+            if g1 - g0 + 1 >= GAP_MIN_CELLS and (gap[0] < 0 or g1 - g0 > gap[2] - gap[1]):
+                gap[0] = f
+                gap[1] = lo[f] + g0
+                gap[2] = lo[f] + g1
+                narrowed = True
         diff[j0 + lo[f]:j0 + hi[f] + 2] = 0.0
     return worst, narrowed
+
+
+# A run of at least this many cells that hold no target point, inside the hull a box is
+# narrowed to, splits the narrowed box in two around it. Credit RF 100x5, 200 probe
+# queries, same distances: l1 0.95x the boxes, 0.89x the time, the slowest 2.2 -> 1.6 s;
+# l2 0.94x the boxes, 0.88x the time, p99 1.07 -> 0.66 s (medians unchanged). Runs of 1, 8
+# or 16 cells did about as well.
+GAP_MIN_CELLS = 4
 
 
 @njit(cache=True, nogil=True)
@@ -381,10 +398,14 @@ def _target_hull(diff, a, lb, flow, run_b, tmask, tol):
     (n, c): their sums' differences, row 0 the box's first cell) where the margin of ``a``
     over some target class ``b`` may be ``tol`` or less: ``lb[b] - flow[b]`` (the bound
     without the feature's own minimum ``flow``, shape (c,)) plus the feature's running
-    sum; (-1, -1) when there is none. ``run_b`` (shape (c,)) is scratch."""
+    sum; (-1, -1) when there is none. Then the first and last position of the widest run
+    of other cells between those two; (-1, -2) when there is none (a run of 0 cells).
+    Returns the four positions. ``run_b`` (shape (c,)) is scratch."""
     c = lb.shape[0]
     first = -1
     last = -1
+    g0 = -1
+    g1 = -2
     if c == 2:
         # One other class: no loop over the classes inside the loop over the cells. With
         # interval_bound's two-class branch, Credit RF 100x5 (19 l1 queries, the same
@@ -398,8 +419,11 @@ def _target_hull(diff, a, lb, flow, run_b, tmask, tol):
                 if rest + run <= tol:
                     if first < 0:
                         first = j
+                    elif j - last - 2 > g1 - g0:
+                        g0 = last + 1
+                        g1 = j - 1
                     last = j
-        return first, last
+        return first, last, g0, g1
     for b in range(c):
         run_b[b] = 0.0
     for j in range(diff.shape[0]):
@@ -411,11 +435,15 @@ def _target_hull(diff, a, lb, flow, run_b, tmask, tol):
         if not out:
             if first < 0:
                 first = j
+            elif j - last - 2 > g1 - g0:
+                g0 = last + 1
+                g1 = j - 1
             last = j
-    return first, last
+    return first, last, g0, g1
 
 
 __all__ = [
+    "GAP_MIN_CELLS",
     "SWEEP_REACH",
     "bounds_workspace",
     "decide",

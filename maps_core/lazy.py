@@ -23,7 +23,8 @@ nearer to certifying; otherwise the exact class of its centre cell), and it is
 * a candidate when the bound certifies it entirely of one target class (its distance is
   exact: the same :func:`~maps_core.distance.rect_dist` as for stored rectangles);
 * narrowed and requeued at its new distance when ``a`` is no target class and the sweep's
-  per-feature sums prove some end cells hold no target point;
+  per-feature sums prove some end cells hold no target point (in two pieces when they
+  prove it of a run of cells inside too);
 * otherwise split at the cut of some tree's root-most undecided node, the one whose far
   side gains the most distance over the box (l1, l2; for linf and l0 the far side's own
   distance) weighted by the vote spread of the trees undecided at that same cut, and its
@@ -500,6 +501,29 @@ def _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xc
 
 
 @njit(**NO_NRT)
+def _queue_halves(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff,
+                  clow, cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used, keys,
+                  vals, n, start, cs, bound, a0, a1, lo, hi, f, left_hi, right_lo):
+    """Queue two pieces of the box ``lo..hi``, with the given tree states: along feature
+    ``f``, its cells up to ``left_hi`` and from ``right_lo`` (a split when they are
+    adjacent, a box less a run of cells otherwise), each at its own distance when that is
+    below ``bound`` (:func:`_queue_slot`). Returns (n, n_free, n_used)."""
+    for side in range(2):
+        s2, n_free, n_used = slot(p_free, n_free, n_used)
+        for ff in range(lo.shape[0]):
+            p_lo[s2, ff] = lo[ff]
+            p_hi[s2, ff] = hi[ff]
+        if side == 0:
+            p_hi[s2, f] = left_hi
+        else:
+            p_lo[s2, f] = right_lo
+        n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost,
+                                xcat, coff, clow, cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs,
+                                p_free, s2, n_free, keys, vals, n, start, cs, bound, a0, a1)
+    return n, n_free, n_used
+
+
+@njit(**NO_NRT)
 def _split_cut(x, w, norm, coff, clow, cupp, nf, ncut, nv, lo, hi, act, n_act, start, cs, top_n,
                trange, shared):
     """Move every live tree to its root-most undecided node (trees now constant fold
@@ -897,8 +921,17 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
                     pbox_hi[1, f] = pbox_hi[0, f]
                 st[_INCUMBENT] = b2
         # -- narrow: the rest of the box holds no target point; requeue the narrowed box
-        # at its own (larger or equal) distance, with the same tree states.
+        # at its own (larger or equal) distance, with the same tree states, in two pieces
+        # when a run of cells inside it holds none either (sw[7], see sweep_bound).
         if narrowed:
+            gap = sw[7]
+            if gap[0] >= 0:
+                n, n_free, n_used = _queue_halves(
+                    x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff,
+                    clow, cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used,
+                    keys, vals, n, start, cs, best[k - 1], a0, a1, nlo, nhi, gap[0],
+                    gap[1] - 1, gap[2] + 1)
+                continue
             s2, n_free, n_used = slot(p_free, n_free, n_used)
             for f in range(m):
                 p_lo[s2, f] = nlo[f]
@@ -914,21 +947,11 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
         if bt < 0:
             n_t = _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d)  # one score vector on the box
             continue
-        f = nf[start[bt]]
         cut = ncut[start[bt]]
-        for side in range(2):
-            s2, n_free, n_used = slot(p_free, n_free, n_used)
-            for ff in range(m):
-                p_lo[s2, ff] = lo[ff]
-                p_hi[s2, ff] = hi[ff]
-            if side == 0:
-                p_hi[s2, f] = cut
-            else:
-                p_lo[s2, f] = cut + 1
-            n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
-                                    gcost, xcat, coff, clow, cupp, clcl, cucl, p_lo, p_hi,
-                                    p_start, p_cs, p_free, s2, n_free, keys, vals, n, start,
-                                    cs, best[k - 1], a0, a1)
+        n, n_free, n_used = _queue_halves(
+            x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff, clow,
+            cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used, keys, vals, n,
+            start, cs, best[k - 1], a0, a1, lo, hi, nf[start[bt]], cut, cut + 1)
     st[_QUEUED], st[_FREE], st[_USED] = n, n_free, n_used
     st[_CANDIDATES], st[_TIES] = n_c, n_t
     st[_POPS], st[_KD_POPS], st[_EVALUATED] = pops, kd_pops, evaluated

@@ -15,7 +15,14 @@ import numpy as np
 import pytest
 
 from maps_core import FeatureSchema, flatten_model
-from maps_core._bounds import bounds_workspace, interval_bound, sweep_bound, sweep_workspace
+from maps_core._bounds import (
+    GAP_MIN_CELLS,
+    _target_hull,
+    bounds_workspace,
+    interval_bound,
+    sweep_bound,
+    sweep_workspace,
+)
 from maps_core.distance import rect_dist
 from maps_core.grid import Grid
 from maps_core.lazy import clip_to_ball, reachable_cells
@@ -93,16 +100,17 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
     assert tighter > 0  # the sweep does decide something the interval bound cannot
 
 
-@pytest.mark.parametrize("kind,n_classes", [("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)])
-def test_narrowing_keeps_every_target_cell(kind, n_classes):
+def _check_narrowing(kind: str, n_classes: int) -> int:
     """The box the sweep narrows to holds every cell of the region whose class (the
     model's own, through the flat ensemble) is a target; only cells it proves are not
-    are cut."""
+    are cut, and so are the runs of cells it reports inside. Returns how many runs it
+    reported."""
     bnd = Bounds(kind, n_classes, seed=5)
     rng = np.random.default_rng(1)
     narrowed_boxes = 0
+    gaps = 0
     for _ in range(400):
-        lo, hi, cells = bnd.random_box(rng, 7)
+        lo, hi, cells = bnd.random_box(rng, 20)
         labels = bnd.ens.predict_index(bnd.grid.cell_points(cells))
         a = int(rng.integers(0, n_classes))
         tmask = np.ones(n_classes, dtype=bool)
@@ -115,12 +123,56 @@ def test_narrowing_keeps_every_target_cell(kind, n_classes):
             assert not tmask[labels].any()  # certified class a everywhere
             continue
         nlo, nhi = bnd.nlo, bnd.nhi
+        gf, g0, g1 = bnd.sw[7]
         assert np.all(lo <= nlo) and np.all(nhi <= hi)
-        assert narrowed == bool(np.any(nlo > lo) or np.any(nhi < hi))
+        assert narrowed == bool(np.any(nlo > lo) or np.any(nhi < hi) or gf >= 0)
         target = cells[tmask[labels]]
         assert np.all((nlo <= target) & (target <= nhi))
+        if gf >= 0:  # a run of cells inside the narrowed box that holds no target either
+            assert nlo[gf] < g0 and g1 < nhi[gf] and g1 - g0 + 1 >= GAP_MIN_CELLS
+            assert not np.any((g0 <= target[:, gf]) & (target[:, gf] <= g1))
+            gaps += 1
         narrowed_boxes += narrowed
-    assert narrowed_boxes > 0  # the check above is not vacuous
+    assert narrowed_boxes > 0  # the checks above are not vacuous
+    return gaps
+
+
+NARROWED = [("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)]
+
+
+@pytest.mark.parametrize("kind,n_classes", NARROWED)
+def test_narrowing_keeps_every_target_cell(kind, n_classes):
+    _check_narrowing(kind, n_classes)
+
+
+def test_narrowing_reports_runs_without_target_cells():
+    # the checks of the runs above are not vacuous, with two classes and with more
+    assert _check_narrowing("rf", 2) > 0
+    assert _check_narrowing("rf", 3) > 0
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_target_hull_and_its_widest_inner_run(n_classes):
+    # Per cell, the margin of class 0 over each class (running sums of diff): a target
+    # may lie where it is <= tol, at cells 1, 5 and 7 (class 1 at 1, the last class at 5
+    # and 7). The hull is 1..7; the widest run without a target inside it is 2..4.
+    v = np.ones((9, n_classes))
+    v[1, 1] = -1.0
+    v[[5, 7], n_classes - 1] = -1.0
+    v[:, 0] = 0.0
+    diff = np.diff(v, axis=0, prepend=0.0)
+    tmask = np.array([False] + [True] * (n_classes - 1))
+    zeros = np.zeros(n_classes)
+    got = _target_hull(diff, 0, zeros, zeros, np.empty(n_classes), tmask, 0.0)
+    assert tuple(got) == (1, 7, 2, 4)
+    v[3, 1] = -1.0  # now 2 and 4 are the widest runs, one cell each: the first is kept
+    got = _target_hull(np.diff(v, axis=0, prepend=0.0), 0, zeros, zeros, np.empty(n_classes),
+                       tmask, 0.0)
+    assert tuple(got) == (1, 7, 2, 2)
+    v[1:8, 1] = -1.0  # no run inside the hull
+    got = _target_hull(np.diff(v, axis=0, prepend=0.0), 0, zeros, zeros, np.empty(n_classes),
+                       tmask, 0.0)
+    assert got[:2] == (1, 7) and got[3] - got[2] + 1 == 0
 
 
 @pytest.mark.parametrize("norm", [0, 1, 2])  # l1, l2, linf (accumulated forms)
