@@ -564,11 +564,12 @@ class Kernel(NamedTuple):
             sl = slice(int(r0), int(r1))
             scale += float(np.abs(nv[sl][leaf[sl]]).max(initial=0.0))
         sizes = np.diff(np.concatenate([ens.roots, [ens.n_nodes]]))
-        # Single-leaf trees (XGBoost's random-forest mode, LightGBM and boosting stages that
-        # found no split) go into the base. The kernels take a tree as live while its node
-        # splits, and the mixed-region search starts every tree at its root: it left such
-        # a tree's value out of the scores (an XGBoost forest whose three leaf trees held
-        # its class, labelled the other class everywhere at query time).
+        # Single-leaf trees (trees that found no split worth making: scikit-learn's
+        # min_impurity_decrease, XGBoost's gamma and random-forest mode, LightGBM) go into
+        # the base. The kernels take a tree as live while its node splits, and the
+        # mixed-region search starts every tree at its root: it left such a tree's value
+        # out of the scores (an XGBoost forest of one split tree and three single leaves,
+        # class 1 everywhere, was answered class 0 on one side of its split).
         split = ens.node_feature[ens.roots] >= 0
         base = np.asarray(ens.base, dtype=np.float64) + nv[ens.roots[~split]].sum(axis=0)
         return cls(
