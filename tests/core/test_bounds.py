@@ -1,7 +1,8 @@
 """Purity certificates: the interval bound and the sweep bound are sound lower bounds of
 the margin over a region, the sweep is never looser than the interval bound, and the box
-the sweep narrows a region to keeps every target cell; the search's box clipping (to the
-distance bound, to the constraint box) never drops a cell it still needs.
+the sweep narrows a region to keeps every target cell (the run of cells it reports inside
+that box holds none); the search's box clipping (to the distance bound, to the constraint
+box) never drops a cell it still needs.
 
 The exact values come from enumerating every cell of small regions and scoring a point of
 each with the flat ensemble's own prediction path (not with the bound kernels).
