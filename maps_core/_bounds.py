@@ -417,12 +417,7 @@ def _target_hull(diff, a, lb, flow, run_b, tmask, tol):
             for j in range(diff.shape[0]):
                 run += diff[j, b]
                 if rest + run <= tol:
-                    if first < 0:
-                        first = j
-                    elif j - last - 2 > g1 - g0:
-                        g0 = last + 1
-                        g1 = j - 1
-                    last = j
+                    first, last, g0, g1 = _take_cell(j, first, last, g0, g1)
         return first, last, g0, g1
     for b in range(c):
         run_b[b] = 0.0
@@ -433,13 +428,21 @@ def _target_hull(diff, a, lb, flow, run_b, tmask, tol):
             if tmask[b] and b != a and lb[b] - flow[b] + run_b[b] <= tol:
                 out = False
         if not out:
-            if first < 0:
-                first = j
-            elif j - last - 2 > g1 - g0:
-                g0 = last + 1
-                g1 = j - 1
-            last = j
+            first, last, g0, g1 = _take_cell(j, first, last, g0, g1)
     return first, last, g0, g1
+
+
+@njit(inline="always")
+def _take_cell(j, first, last, g0, g1):
+    """:func:`_target_hull`'s step at a cell ``j`` that may hold a target: the hull
+    ``first..last`` grows to it, and the run of other cells before it becomes ``g0..g1``
+    when it is the widest yet. Returns (first, last, g0, g1)."""
+    if first < 0:
+        first = j
+    elif j - last - 2 > g1 - g0:
+        g0 = last + 1
+        g1 = j - 1
+    return first, j, g0, g1
 
 
 __all__ = [
