@@ -45,8 +45,9 @@ _inline: weakref.WeakKeyDictionary[CounterfactualMaps, bool] = weakref.WeakKeyDi
 @dataclass(frozen=True)
 class QueryLimits:
     """The service's per-request limits (``CFMAPS_MAX_BATCH``, ``CFMAPS_MAX_K``,
-    ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_QUERY_MAX_SECONDS``, ``CFMAPS_MAP_MAX_SIDE``) and
-    the norm of a query that names none (``CFMAPS_DEFAULT_NORM``)."""
+    ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_QUERY_MAX_SECONDS``, ``CFMAPS_QUERY_MAX_MEMORY``,
+    ``CFMAPS_MAP_MAX_SIDE``) and the norm of a query that names none
+    (``CFMAPS_DEFAULT_NORM``)."""
 
     max_batch: int = 1000
     max_k: int = 100
@@ -54,6 +55,7 @@ class QueryLimits:
     map_max_side: int = 1024
     max_boxes: int | None = None  # the engine's default
     max_seconds: float | None = None  # per instance; none by default
+    max_memory: int | None = None  # per instance; the engine's default
 
 
 def runs_inline(maps: CounterfactualMaps, body: CounterfactualRequest) -> bool:
@@ -174,6 +176,7 @@ def counterfactual_answer(
             group_costs=body.group_costs,
             max_boxes=limits.max_boxes,
             max_seconds=max_seconds,
+            max_memory=limits.max_memory,
             on_budget=body.on_budget,
         )
     except InvalidQueryError as exc:
@@ -225,7 +228,8 @@ def map_picture(
         held = [n for j, n in enumerate(names) if j not in (a, b)]
         res = maps.counterfactual(x, target, norm=body.norm or limits.default_norm,
                                   immutable=held, max_boxes=limits.max_boxes,
-                                  max_seconds=limits.max_seconds)
+                                  max_seconds=limits.max_seconds,
+                                  max_memory=limits.max_memory)
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, True)
         raise

@@ -295,6 +295,7 @@ class QueryStatsOut(BaseModel):
     nodes_popped: int
     rectangles_evaluated: int
     regions_refined: int
+    peak_boxes: int
     seconds: float
 
 

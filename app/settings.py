@@ -6,6 +6,7 @@ or passed explicitly to :class:`Settings` (tests do that).
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Annotated, Literal
@@ -13,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from maps_core import default_build_memory
+from maps_core import available_memory, default_build_memory
 
 MiB = 1024 * 1024
 
@@ -78,6 +79,17 @@ class Settings(BaseSettings):
         forest hold a worker for minutes (Credit RF 200x8 pops about 7,000 boxes a second
         on its hard queries); the default 30 s keeps every query, hence every
         request, of one instance within about that. ``None``: no time limit.
+    query_max_memory : int or str or None
+        Most bytes the pending boxes of one instance's search may take at once
+        (``CFMAPS_QUERY_MAX_MEMORY``, e.g. ``256M``; the engine's ``max_memory``); beyond
+        it the query fails with 422 ``budget_exceeded``, or answers with the best found.
+        A box takes 8 bytes per feature, 4 per tree and 8 per class, plus 24: about 1 KB on
+        a 200-tree forest (a hard Credit RF 200x8 query held 209,000 boxes, 223 MB, after
+        500,000 pops). Default: a third of the machine's (or container's) memory shared by
+        the query threads (:meth:`effective_query_memory`): their arrays briefly take half
+        as much again while they grow, so queries at their limit in every thread take at
+        most half, and leave the rest to the maps and builds instead of being killed by
+        the OS.
     map_max_side : int
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.
     build_workers : int
@@ -91,7 +103,8 @@ class Settings(BaseSettings):
         the unresolved regions are kept as *mixed* boxes that queries search inside, so
         answers stay exact (the build never fails for budget reasons). 250k rectangles: on
         the loan data big maps buy no faster queries (5M rectangles: 55-107 s and 9-13 GB
-        per build for the same latency, see benchmarks/results/loan_budget.md), and the
+        per build for the same latency: issue 14's measurements, summed up in the README's
+        configuration table), and the
         time budget keeps a huge model from holding a build worker for hours.
     build_max_memory : int or str
         Bytes one build may grow by (``CFMAPS_BUILD_MAX_MEMORY``, e.g. ``2147483648`` or
@@ -147,6 +160,7 @@ class Settings(BaseSettings):
     max_k: int = Field(default=100, gt=0)
     query_max_boxes: int = Field(default=500_000, gt=0)
     query_max_seconds: float | None = Field(default=30.0, gt=0)
+    query_max_memory: int | None = Field(default=None, gt=0)
     map_max_side: int = Field(default=1024, gt=0, le=2048)
     ui: bool = True
     build_workers: int = Field(default=1, gt=0)
@@ -173,7 +187,7 @@ class Settings(BaseSettings):
             return [t.strip() for t in v.split(",") if t.strip()]
         return v
 
-    @field_validator("build_max_memory", mode="before")
+    @field_validator("build_max_memory", "query_max_memory", mode="before")
     @classmethod
     def _byte_size(cls, v: object) -> object:
         return parse_byte_size(v) if isinstance(v, str) else v
@@ -203,8 +217,28 @@ class Settings(BaseSettings):
             return self.build_max_memory
         return default_build_memory() // self.build_workers
 
+    def effective_query_memory(self) -> int:
+        """Bytes per instance's search: the setting, else a third of the machine's or
+        container's memory shared by the threads that run queries (Python's default pool
+        size, ``min(32, cores + 4)``: see :func:`app.routes.deps.in_thread`)."""
+        if self.query_max_memory:
+            return self.query_max_memory
+        return _default_query_memory()
+
     def effective_build_jobs(self) -> int:
         """Threads per build: the setting, else all cores but one (at least one)."""
         if self.build_jobs:
             return self.build_jobs
         return max(1, (os.cpu_count() or 2) - 1)
+
+
+def query_threads() -> int:
+    """Threads that run queries in one process: the size of Python's default
+    :class:`~concurrent.futures.ThreadPoolExecutor` (:func:`app.routes.deps.in_thread`)."""
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+@functools.cache
+def _default_query_memory() -> int:
+    # Once per process: every request asks (reading the cgroup files takes about 90 us).
+    return available_memory() // (3 * query_threads())

@@ -16,7 +16,7 @@ Examples
 
 # First: empties numba's cache of the kernels when any source changed (see _jitcache).
 from . import _jitcache  # noqa: F401  (must stay the first import)
-from ._memory import available_memory, default_build_memory
+from ._memory import available_memory, default_build_memory, default_query_memory
 from ._norms import NORM_NAMES
 from .adapters import flatten_model
 from .data import Dataset, load_csv, read_table
@@ -60,6 +60,7 @@ __all__ = [
     "available_memory",
     "build_maps",
     "default_build_memory",
+    "default_query_memory",
     "flatten_model",
     "load_csv",
     "load_maps",

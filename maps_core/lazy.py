@@ -168,12 +168,15 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
 
 
 @njit(cache=True, nogil=True)
-def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds, keep_best):
+def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, max_seconds,
+               keep_best):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
     ``kern`` the ensemble's :class:`~maps_core.partition.Kernel`.
-    ``max_pops`` bounds the mixed-region boxes of the whole query, all rounds together, and
+    ``max_pops`` bounds the mixed-region boxes of the whole query, all rounds together,
+    ``max_held`` the boxes a round may hold at once (its memory: each takes
+    :func:`~maps_core._memory.bytes_per_box` bytes), and
     ``max_seconds`` (``inf`` for none) its time, counted from here: not from the caller,
     whose first call compiles this function (tens of seconds on a new machine, which
     made the first query of a new service fail its 30 s budget).
@@ -183,8 +186,9 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
     ``max_rounds`` rounds failed (then one unbounded round). Each round is
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
-    i_lo, i_hi, i_lab, i_d, low), ``status`` one of :data:`COMPLETE`, :data:`OUT_OF_BOXES`,
-    :data:`OUT_OF_TIME`.
+    i_lo, i_hi, i_lab, i_d, low, held), ``status`` one of :data:`COMPLETE`,
+    :data:`OUT_OF_BOXES`, :data:`OUT_OF_TIME`, :data:`OUT_OF_MEMORY`, and ``held`` the most
+    boxes a round held at once.
 
     A search that stops early (``status`` not :data:`COMPLETE`) also returns what it
     holds: incumbents ``i_*`` (certified target boxes it met but could not yet prove
@@ -211,6 +215,7 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
     kd_pops = 0
     evaluated = 0
     pops = 0
+    held = 0
     t0 = clock()
     # a search that answers with the best found leaves the last moments to its guesses
     reserve = min(GUESS_SHARE * max_seconds, GUESS_SECONDS) if keep_best else 0.0
@@ -232,14 +237,15 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
         if capped:
             bound = cap
         (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kp, ev, po, status, i_lo, i_hi, i_lab, i_d,
-         low) = _bounded_search(
+         low, hd) = _bounded_search(
             x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
             coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
-            max_depth_nodes, max_pops - pops, bound, klo, khi, True, deadline)
+            max_depth_nodes, max_pops - pops, max_held, bound, klo, khi, True, deadline)
         kd_pops += kp
         evaluated += ev
         pops += po
+        held = max(held, hd)
         # Every target point nearer than the round's bound (complete) or its queue's least
         # key (stopped) is among its candidates or near-ties.
         low = min(low if status != COMPLETE else bound, _least(c_d), _least(t_d))
@@ -264,10 +270,10 @@ def best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_second
             return (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
                     np.concatenate((i_lo, u_lo, r_lo)), np.concatenate((i_hi, u_hi, r_hi)),
                     np.concatenate((i_lab, u_lab, r_lab)), np.concatenate((i_d, u_d, r_d)),
-                    max(low, proven))
+                    max(low, proven), held)
         if c_d.shape[0] >= q.k or radius == np.inf or capped:
             return (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
-                    e_lo, e_lo, e_lab, e_d, max(low, proven))
+                    e_lo, e_lo, e_lab, e_d, max(low, proven), held)
         proven = max(proven, low)
         r_lo, r_hi, r_lab, r_d = c_lo, c_hi, c_lab, c_d
         if rnd == _CAP_ROUND:
@@ -300,12 +306,22 @@ def _nearest_certified(q, fo, ce, kern, klo, khi):
     node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi = fo
     coff, clow, cupp, clcl, cucl = ce
     nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
-    lo, hi, lab, d, _, _, _, kp, ev, _, _, _, _, _, _, _ = _bounded_search(
+    lo, hi, lab, d, _, _, _, kp, ev, _, _, _, _, _, _, _, _ = _bounded_search(
         x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat, node_lo,
         node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi, coff, clow,
         cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, 0,
-        np.inf, klo, khi, False, np.inf)
+        _NO_LIMIT, np.inf, klo, khi, False, np.inf)
     return lo, hi, lab, d, kp, ev
+
+
+@njit(cache=True, nogil=True)
+def certified_only(q, fo, ce, kern):
+    """The search on maps without mixed regions: the KD descent alone, no bound, no
+    clock, as :func:`_nearest_certified`. Returns (lo, hi, labels, distances, KD nodes
+    popped, rectangles evaluated): six outputs where :func:`best_first` hands back
+    seventeen, each a Python object to build (CP 100x5 single queries: 4-5 us of 60)."""
+    klo, khi = reachable_cells(q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp)
+    return _nearest_certified(q, fo, ce, kern, klo, khi)
 
 
 @njit(**NO_NRT)
@@ -386,6 +402,30 @@ def _room_needed(left, kstart, kend, s):
     if is_kd(s) and left[kd_node(s)] < 0:
         return max(2, kend[kd_node(s)] - kstart[kd_node(s)])
     return 2
+
+
+@njit(**NO_NRT)
+def _slots_needed(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, left,
+                  kstart, kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, cucl, bound,
+                  a0, a1, s):
+    """How many slots the pop of ``s`` may take beyond the box's own: one for a box (it
+    frees its own slot before its two children take theirs); for a KD leaf, the mixed
+    regions :func:`_scan_leaf` will queue (its owner's, nearer than ``bound``); none for an
+    inner KD node. Counted only when the slots are short, so that a search at its
+    ``max_held`` stops only when it must."""
+    if not is_kd(s):
+        return 1
+    nd = kd_node(s)
+    if left[nd] >= 0 or kd_owner(s) == 0:
+        return 0
+    count = 0
+    for i in range(kstart[nd], kend[nd]):
+        r = order[i]
+        if labels[r] < 0 and rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff,
+                                       clow, cupp, clcl, cucl, bound, gcol, gstart, gcols,
+                                       gcost, xcat, a0, a1) < bound:
+            count += 1
+    return count
 
 
 @njit(**NO_NRT)
@@ -641,13 +681,16 @@ def _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d):
 #: Slots of the loop's state array (:func:`_search_loop`).
 _QUEUED, _FREE, _USED, _CANDIDATES, _TIES, _POPS, _KD_POPS, _EVALUATED, _NEED, _INCUMBENT = (
     range(10))
-_N_STATE = 10
+_SLOTS = 10  # the new box slots the next pop may take, when the arrays lack them
+_N_STATE = 11
+#: ``max_held`` of a search that holds no mixed box (the KD descent of the cap search).
+_NO_LIMIT = 1 << 62
 #: What :func:`_search_loop` stopped for: done; more room needed (``st[_NEED]`` entries);
 #: out of ``max_pops``.
 _DONE, _NEED_ROOM, _OUT_OF_POPS = 0, 1, 2
 #: How a search ended (:func:`best_first`): every box it had to see was seen; out of its
-#: box budget; out of its time.
-COMPLETE, OUT_OF_BOXES, OUT_OF_TIME = 0, 1, 2
+#: box budget; out of its time; out of the boxes it may hold at once (its memory).
+COMPLETE, OUT_OF_BOXES, OUT_OF_TIME, OUT_OF_MEMORY = 0, 1, 2, 3
 #: Most mixed-region boxes popped between two clock readings when a search has a
 #: deadline. A reading takes the GIL for about 1 us and a box costs 5 us (CP) to 1 ms (a
 #: 200-tree forest of depth 8), so the clock is read about every CLOCK_SECONDS of boxes (at
@@ -662,24 +705,27 @@ CLOCK_SECONDS = 0.001
 def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost,
                     xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
                     rlo, rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base,
-                    tie_high, tol, max_depth_nodes, max_pops, bound, klo, khi, with_mixed,
-                    deadline):
+                    tie_high, tol, max_depth_nodes, max_pops, max_held, bound, klo, khi,
+                    with_mixed, deadline):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
-    within the cells ``klo..khi`` (:func:`reachable_cells`); when ``deadline`` is finite,
+    within the cells ``klo..khi`` (:func:`reachable_cells`), holding at most ``max_held``
+    pending boxes at once (their arrays never grow past that); when ``deadline`` is finite,
     the clock is read at the start and about every :data:`CLOCK_SECONDS` of boxes.
 
     Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
-    i_lo, i_hi, i_lab, i_d, low): candidate boxes (certified rectangles or certified
+    i_lo, i_hi, i_lab, i_d, low, held): candidate boxes (certified rectangles or certified
     sub-boxes of mixed regions, each of a target class, with their distances in
     accumulated form), a superset of the k best;
     near-tie boxes (every cell scores the same, within rounding, so the model's label of
     the centre holds for all) for the caller to label; KD-tree nodes popped; rectangles
     whose exact distance was computed; mixed-region boxes popped; :data:`OUT_OF_BOXES` if
     ``max_pops`` of the latter ran out first, :data:`OUT_OF_TIME` if the deadline passed,
-    else :data:`COMPLETE`; when stopped early, the sweep probe's cell as an incumbent
-    (0 or 1 row, with its class and distance), and ``low``, the least of ``best[k - 1]``
-    and the queue's least key (else ``best[k - 1]``).
+    :data:`OUT_OF_MEMORY` if a pop could add more boxes than ``max_held`` allows, else
+    :data:`COMPLETE`; when stopped early, the sweep probe's cell as an incumbent
+    (0 or 1 row, with its class and distance); ``low``, the least of ``best[k - 1]``
+    and the queue's least key (else ``best[k - 1]``); and ``held``, the most pending boxes
+    held at once (slots are reused, so the slots ever used).
 
     Per popped entry: a KD node is expanded (:func:`_expand_inner`) or its leaf scanned
     (:func:`_scan_leaf`); a box of a mixed region is clipped to the ball of the k-th best
@@ -694,11 +740,12 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     # Pending boxes of mixed regions, in slots (rows): cell ranges, the node each tree has
     # surely reached, the base plus the leaf values of the trees constant on the box, and
     # the stack of recycled slots.
-    p_lo = np.empty((64, m), dtype=np.int32)
-    p_hi = np.empty((64, m), dtype=np.int32)
-    p_start = np.empty((64, T), dtype=np.int32)
-    p_cs = np.empty((64, c))
-    p_free = np.empty(64, dtype=np.int64)
+    rows = min(64, max_held)
+    p_lo = np.empty((rows, m), dtype=np.int32)
+    p_hi = np.empty((rows, m), dtype=np.int32)
+    p_start = np.empty((rows, T), dtype=np.int32)
+    p_cs = np.empty((rows, c))
+    p_free = np.empty(rows, dtype=np.int64)
     keys = np.empty(max(64, class_root.shape[0]))
     vals = np.empty(keys.shape[0], dtype=np.int64)
     a0 = np.empty(m, dtype=np.bool_)
@@ -749,6 +796,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     st[_INCUMBENT] = -1
     timed = deadline < np.inf
     code = _DONE
+    full = False  # out of max_held
     # a round starts only within the time (the deepening rounds may be many short ones)
     t_start = clock() if timed and with_mixed else 0.0
     late = timed and with_mixed and t_start >= deadline
@@ -776,15 +824,21 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
         # Room for everything the next pop may add, then carry on where the loop stopped.
         need = st[_NEED]
         n, n_used, n_c, n_t = st[_QUEUED], st[_USED], st[_CANDIDATES], st[_TIES]
+        sneed = st[_SLOTS]
+        if sneed > 0:
+            if n_used + sneed > max_held:
+                full = True
+                break
+            # doubling, but never past max_held: the slots are most of a search's memory
+            rows = min(max(2 * p_lo.shape[0], n_used + sneed), max_held)
+            p_lo = grow(p_lo, rows)
+            p_hi = grow(p_hi, rows)
+            p_start = grow(p_start, rows)
+            p_cs = grow(p_cs, rows)
+            p_free = grow(p_free, rows)
         if n + need > keys.shape[0]:
             keys = grow(keys, n + need)
             vals = grow(vals, n + need)
-        if n_used + need > p_lo.shape[0]:
-            p_lo = grow(p_lo, n_used + need)
-            p_hi = grow(p_hi, n_used + need)
-            p_start = grow(p_start, n_used + need)
-            p_cs = grow(p_cs, n_used + need)
-            p_free = grow(p_free, n_used + need)
         if n_c + need > c_lo.shape[0]:
             c_lo = grow(c_lo, n_c + need)
             c_hi = grow(c_hi, n_c + need)
@@ -810,8 +864,9 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     return (c_lo[:n_c].copy(), c_hi[:n_c].copy(), c_lab[:n_c].copy(), c_d[:n_c].copy(),
             t_lo[:n_t].copy(), t_hi[:n_t].copy(), t_d[:n_t].copy(), st[_KD_POPS],
             st[_EVALUATED], st[_POPS],
-            OUT_OF_TIME if late else COMPLETE if code == _DONE else OUT_OF_BOXES,
-            pbox_lo[1:1 + n_i].copy(), pbox_hi[1:1 + n_i].copy(), i_lab, i_d, low)
+            OUT_OF_TIME if late else OUT_OF_MEMORY if full
+            else COMPLETE if code == _DONE else OUT_OF_BOXES,
+            pbox_lo[1:1 + n_i].copy(), pbox_hi[1:1 + n_i].copy(), i_lab, i_d, low, st[_USED])
 
 
 @njit(**NO_NRT)
@@ -837,9 +892,18 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
         if keys[0] >= best[k - 1]:  # the heap's minimum
             break
         need = _room_needed(left, kstart, kend, vals[0])
-        if (n + need > keys.shape[0] or (n_free < need and n_used + need > p_lo.shape[0])
-                or n_c + need > c_lo.shape[0] or n_t + 1 > t_lo.shape[0]):
+        sneed = 0  # new slots the pop takes, when the arrays have no room for them
+        if n_free < need and n_used + need > p_lo.shape[0]:
+            sneed = _slots_needed(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
+                                  gcost, xcat, left, kstart, kend, order, labels, rlo, rhi,
+                                  coff, clow, cupp, clcl, cucl, best[k - 1], a0, a1,
+                                  vals[0]) - n_free
+            if n_used + sneed <= p_lo.shape[0]:
+                sneed = 0  # the slots there are will do
+        if (n + need > keys.shape[0] or sneed > 0 or n_c + need > c_lo.shape[0]
+                or n_t + 1 > t_lo.shape[0]):
             st[_NEED] = need
+            st[_SLOTS] = sneed
             code = _NEED_ROOM
             break
         if not is_kd(vals[0]) and pops >= max_pops:
@@ -958,5 +1022,5 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
     return code
 
 
-__all__ = ["COMPLETE", "OUT_OF_BOXES", "OUT_OF_TIME", "Cells", "Forest", "Query", "best_first",
-           "clip_to_ball", "reachable_cells"]
+__all__ = ["COMPLETE", "OUT_OF_BOXES", "OUT_OF_MEMORY", "OUT_OF_TIME", "Cells", "Forest", "Query",
+           "best_first", "certified_only", "clip_to_ball", "reachable_cells"]

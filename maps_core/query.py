@@ -35,12 +35,13 @@ import numpy as np
 from numba import njit
 
 from ._clock import clock
+from ._memory import boxes_within, default_query_memory
 from ._norms import L0, L2, LINF, finish
 from .distance import rect_dist
 from .engine import SearchEngine
 from .exceptions import BudgetExceededError
 from .grid import cells_kernel
-from .lazy import COMPLETE, OUT_OF_TIME, Query, best_first
+from .lazy import COMPLETE, OUT_OF_MEMORY, OUT_OF_TIME, Query, best_first, certified_only
 from .options import QueryOptions
 from .partition import MIXED, refine_region
 
@@ -216,25 +217,27 @@ def _point_distance(x, p, w, norm, gcol, gstart, gcols, gcost):
 
 
 #: What :func:`_batch` did with a row: answered; near-tie boxes among its candidates
-#: (the model must label them: the caller's per-row path); out of its box budget; no
-#: candidate (infeasible: the caller's path words the reason); out of its time; out of a
-#: budget but answered with the best it found (``best_found``).
-ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE, LATE, BEST_FOUND = 0, 1, 2, 3, 4, 5
+#: (the model must label them: the caller's per-row path); out of a budget (its
+#: ``best_first`` status is in the counters); no candidate (infeasible: the caller's path
+#: words the reason); out of a budget but answered with the best it found (``best_found``).
+ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE, BEST_FOUND = 0, 1, 2, 3, 4
 
 
 @njit(cache=True, nogil=True)
 def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcols, gcost, fo,
-           ce, kern, max_pops, max_seconds, radius, growth, max_rounds, best_found):
+           ce, kern, max_pops, max_held, max_seconds, radius, growth, max_rounds, best_found):
     """The nearest counterfactual (``k = 1``) of every row of ``X`` (shape (n, m)) in one
     compiled call: per row, :func:`~maps_core.lazy.best_first` under its constraint box
-    (each row with its own budgets: ``max_pops`` boxes and ``max_seconds``)
+    (each row with its own budgets: ``max_pops`` boxes popped, ``max_held`` held at once and
+    ``max_seconds``)
     (``cmins``, ``cmaxs``, shape (n, m)) and target mask (``tmasks``, shape (n, c)), then
     :func:`_place` and :func:`_point_distance` on its nearest candidate.
 
     Returns (status, distance, cf_distance, label, point, lower, upper, lower_closed,
     upper_closed, counters, seconds, low): ``status`` per row (:data:`ANSWERED`... ; the
     other outputs of a row are set only when answered), distances in accumulated form, the
-    counters (KD nodes popped, rectangles evaluated, mixed boxes popped, shape (n, 3)),
+    counters (KD nodes popped, rectangles evaluated, mixed boxes popped, the most held at
+    once, and how ``best_first`` ended: shape (n, 5)),
     each row's wall-clock seconds, and for a row out of a budget, a lower bound of its
     optimum (accumulated form). With ``best_found``, such a row is answered with the
     nearest certified target box its search met (:data:`BEST_FOUND`), if any.
@@ -253,19 +256,21 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
     HI = np.zeros((n, m))
     LC = np.zeros((n, m), dtype=np.bool_)
     UC = np.zeros((n, m), dtype=np.bool_)
-    counters = np.zeros((n, 3), dtype=np.int64)
+    counters = np.zeros((n, 5), dtype=np.int64)
     seconds = np.zeros(n)
     low = np.zeros(n)
     t0 = clock()
     for i in range(n):
         q = Query(X[i], w, norm, cmins[i], cmaxs[i], integral, tmasks[i], 1, gcol, gstart,
                   gcols, gcost, xcats[i])
-        c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done, i_lo, i_hi, i_lab, i_d, lb = (
-            best_first(q, fo, ce, kern, max_pops, radius, growth, max_rounds, max_seconds,
-                       best_found))
+        (c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done, i_lo, i_hi, i_lab, i_d, lb,
+         hd) = best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds,
+                          max_seconds, best_found)
         counters[i, 0] = kp
         counters[i, 1] = ev
         counters[i, 2] = po
+        counters[i, 3] = hd
+        counters[i, 4] = done
         low[i] = lb
         if done != COMPLETE and best_found and c_d.shape[0] + i_d.shape[0] > 0:
             status[i] = BEST_FOUND
@@ -273,8 +278,6 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
             c_hi = np.concatenate((c_hi, i_hi))
             c_lab = np.concatenate((c_lab, i_lab))
             c_d = np.concatenate((c_d, i_d))
-        elif done == OUT_OF_TIME:
-            status[i] = LATE
         elif done != COMPLETE:
             status[i] = OUT_OF_BUDGET
         elif t_d.shape[0] > 0:
@@ -324,6 +327,7 @@ class SearchOutput:
     nodes_popped: int = 0
     rectangles_evaluated: int = 0
     regions_refined: int = 0
+    peak_boxes: int = 0  # the most mixed-region boxes held at once
     unreachable: tuple[int, ...] = ()  # target class indices, when infeasible
     constraints: str = ""
     seconds: float = 0.0  # wall-clock time of the search
@@ -456,23 +460,60 @@ def _stays(engine: SearchEngine, x: np.ndarray, rid: int, pred: int, cmin: np.nd
     return SearchOutput(prediction=pred, found=[f], lower_bound=0.0)
 
 
-def _out_of_budget(max_boxes: int) -> BudgetExceededError:
-    return BudgetExceededError(
-        f"this query needed more than {max_boxes:,} boxes of the regions the build "
-        "left unresolved (its search budget, max_boxes); rebuild the maps with a larger "
-        "budget (max_seconds / max_rectangles), or take the best counterfactual found "
-        "within the budget (on_budget='best')"
-    )
+@dataclass(frozen=True)
+class SearchBudget:
+    """What one instance's search of mixed regions may spend, and what it does past it.
 
+    Attributes
+    ----------
+    max_boxes : int
+        Boxes it may pop, all deepening rounds together.
+    max_seconds : float
+        Seconds it may take (``inf``: no limit); the clock is read about every
+        :data:`~maps_core.lazy.CLOCK_SECONDS` of boxes.
+    max_memory : int
+        Bytes its pending boxes may take at once (:func:`~maps_core._memory.boxes_within`).
+    best_found : bool
+        Out of a budget, answer with the nearest certified target boxes met (not proven
+        optimal) instead of raising :class:`BudgetExceededError`.
+    """
 
-def _out_of_time(max_seconds: float) -> BudgetExceededError:
-    return BudgetExceededError(
-        f"this query's search of the regions the build left unresolved ran out of its time "
-        f"({max_seconds:g} s, its search budget max_seconds) before it could prove an answer "
-        "optimal; constraints that narrow the search (bounds, immutable features), or maps "
-        "built with a larger budget, make it faster, and on_budget='best' takes the best "
-        "counterfactual found in that time"
-    )
+    max_boxes: int = MAX_MIXED_POPS
+    max_seconds: float = math.inf
+    max_memory: int = field(default_factory=default_query_memory)
+    best_found: bool = False
+
+    def max_held(self, engine: SearchEngine) -> int:
+        """The boxes a search on ``engine``'s maps may hold at once within ``max_memory``."""
+        kern = engine.kernel
+        return boxes_within(self.max_memory, engine.grid.n_features, len(kern.roots),
+                            len(kern.base))
+
+    def exceeded(self, status: int, engine: SearchEngine) -> BudgetExceededError:
+        """The error of a search that ended with ``status`` (a ``best_first`` status other
+        than ``COMPLETE``), naming the budget that ran out."""
+        if status == OUT_OF_TIME:
+            return BudgetExceededError(
+                f"this query's search of the regions the build left unresolved ran out of its "
+                f"time ({self.max_seconds:g} s, its search budget max_seconds) before it could "
+                "prove an answer optimal; constraints that narrow the search (bounds, "
+                "immutable features), or maps built with a larger budget, make it faster, "
+                "and on_budget='best' takes the best counterfactual found in that time"
+            )
+        if status == OUT_OF_MEMORY:
+            return BudgetExceededError(
+                f"this query's search needed to hold more than {self.max_held(engine):,} "
+                f"boxes of the regions the build left unresolved at once, more than its "
+                f"memory budget ({self.max_memory:,} bytes, max_memory) allows; rebuild the "
+                "maps with a larger budget (max_seconds / max_rectangles), or take the best "
+                "counterfactual found within the budget (on_budget='best')"
+            )
+        return BudgetExceededError(
+            f"this query needed more than {self.max_boxes:,} boxes of the regions the build "
+            "left unresolved (its search budget, max_boxes); rebuild the maps with a larger "
+            "budget (max_seconds / max_rectangles), or take the best counterfactual found "
+            "within the budget (on_budget='best')"
+        )
 
 
 def _first_radius(engine: SearchEngine, opts: QueryOptions) -> float:
@@ -489,21 +530,21 @@ _BATCH_MIN_ROWS = 2
 
 
 def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: QueryOptions,
-                 max_boxes: int, rids: np.ndarray, cats: np.ndarray, *,
-                 max_seconds: float = math.inf, best_found: bool = False) -> list[SearchOutput]:
+                 rids: np.ndarray, cats: np.ndarray,
+                 budget: SearchBudget | None = None) -> list[SearchOutput]:
     """:func:`search` of every row of ``A`` (shape (n, m), validated), in order.
 
     With ``k = 1`` the searches run in one compiled call (:func:`_batch`); a row whose
     answer needs Python goes through :func:`search`: x itself (the target is its class),
     near-tie boxes the model must label, or no answer (the reason is worded there).
-    ``rids`` and ``cats`` are the rows' rectangles and categories, and ``max_boxes``,
-    ``max_seconds`` and ``best_found`` each row's budgets and what a row out of them gets,
-    as for :func:`search`.
+    ``rids`` and ``cats`` are the rows' rectangles and categories, and ``budget`` each row's
+    budgets and what a row out of them gets, as for :func:`search`.
     """
     n = A.shape[0]
+    budget = budget or SearchBudget()
     if opts.k != 1 or n < _BATCH_MIN_ROWS:
-        return [search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i],
-                       max_seconds=max_seconds, best_found=best_found) for i in range(n)]
+        return [search(engine, A[i], t_idx, opts, int(rids[i]), cats[i], budget)
+                for i in range(n)]
     A = np.ascontiguousarray(A, dtype=np.float64)
     pred = locate(engine, A, rids)
     cmins, cmaxs = opts.constraint_boxes(A)
@@ -522,56 +563,69 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
         (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low) = _batch(
             A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows], opts.weights,
             opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
-            engine.forest, engine.cells, engine.kernel, max_boxes, max_seconds,
-            _first_radius(engine, opts), DEEPEN_GROWTH, DEEPEN_ROUNDS, best_found)
-        if (status == OUT_OF_BUDGET).any():
-            raise _out_of_budget(max_boxes)
-        if (status == LATE).any():
-            raise _out_of_time(max_seconds)
+            engine.forest, engine.cells, engine.kernel, budget.max_boxes,
+            budget.max_held(engine), budget.max_seconds, _first_radius(engine, opts),
+            DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.best_found)
+        out_of = np.flatnonzero(status == OUT_OF_BUDGET)
+        if out_of.size:
+            # the first such row names the budget it ran out of, as the row-by-row path
+            raise budget.exceeded(int(counters[out_of[0], 4]), engine)
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
             if status[r] != ANSWERED and status[r] != BEST_FOUND:
                 continue
-            kp, ev, po = counters[r].tolist()
+            kp, ev, po, hd, _ = counters[r].tolist()
             d = finish(norm, float(dist[r]))
             proven = status[r] == ANSWERED or low[r] >= dist[r]
             outs[i] = SearchOutput(
                 prediction=int(pred[i]), nodes_popped=kp, rectangles_evaluated=ev,
-                regions_refined=po, seconds=float(seconds[r]),
+                regions_refined=po, peak_boxes=hd, seconds=float(seconds[r]),
                 found=[Found(x=P[r], distance=d,
                              counterfactual_distance=float(cfd[r]), lower=LO[r], upper=HI[r],
                              lower_closed=LC[r], upper_closed=UC[r], target=int(lab[r]))],
                 optimal=bool(proven),
                 lower_bound=d if proven else finish(norm, float(low[r])))
     return [out if out is not None
-            else search(engine, A[i], t_idx, opts, max_boxes, int(rids[i]), cats[i],
-                        max_seconds=max_seconds, best_found=best_found)
+            else search(engine, A[i], t_idx, opts, int(rids[i]), cats[i], budget)
             for i, out in enumerate(outs)]
 
 
 def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-           max_boxes: int, rid: int, xcat: np.ndarray, *,
-           max_seconds: float = math.inf, best_found: bool = False) -> SearchOutput:
-    """Run one query (``x`` already validated, shape (m,)); at most ``max_boxes`` boxes of
-    mixed regions are popped, for at most about ``max_seconds`` (the clock is read every
-    :data:`~maps_core.lazy.CLOCK_EVERY` boxes), else :class:`BudgetExceededError`; with
-    ``best_found``, a search out of a budget answers with the nearest certified target
-    boxes it met instead (``optimal`` False unless its lower bound reaches the nearest),
-    and raises only when it met none.
+           rid: int, xcat: np.ndarray, budget: SearchBudget | None = None) -> SearchOutput:
+    """Run one query (``x`` already validated, shape (m,)) within ``budget`` (default
+    :class:`SearchBudget`), else :class:`BudgetExceededError`; with ``budget.best_found``,
+    a search out of a budget answers with the nearest certified target boxes it met
+    instead (``optimal`` False unless its lower bound reaches the nearest), and raises
+    only when it met none.
 
     ``rid`` is x's rectangle (:func:`locate_rect`) and ``xcat`` x's category per one-hot
     group (:func:`~maps_core.options.categories`): the caller finds both for a whole batch
     at once, since each is a compiled call whose dispatch costs a few microseconds, a few
     percent of a query on the paper's maps."""
     t0 = time.perf_counter()
-    out = _search(engine, x, t_idx, opts, max_boxes, max_seconds, rid, xcat, best_found)
+    out = _search(engine, x, t_idx, opts, rid, xcat, budget or SearchBudget())
     out.seconds = time.perf_counter() - t0
     return out
 
 
+def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
+         budget: SearchBudget) -> tuple[Any, ...]:
+    """:func:`~maps_core.lazy.best_first`'s outputs for the query ``q``. Maps without
+    mixed regions need none of its budgets, rounds or incumbents: the KD descent alone
+    (:func:`~maps_core.lazy.certified_only`) answers, with fewer arrays to hand back."""
+    if engine.has_mixed:
+        return best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
+                          budget.max_held(engine), _first_radius(engine, opts),
+                          DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.max_seconds, budget.best_found)
+    lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
+                                                       engine.kernel)
+    none, nolab, nod = lo[:0], lab[:0], d[:0]
+    return (lo, hi, lab, d, none, none, nod, popped, evaluated, 0, COMPLETE, none, none, nolab,
+            nod, math.inf, 0)
+
+
 def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
-            max_boxes: int, max_seconds: float, rid: int, xcat: np.ndarray,
-            best_found: bool) -> SearchOutput:
+            rid: int, xcat: np.ndarray, budget: SearchBudget) -> SearchOutput:
     part = engine.partition
     pred = int(part.labels[rid]) if rid >= 0 else MIXED
     if pred == MIXED:
@@ -588,13 +642,10 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
     g = engine.grid
     q = Query(np.ascontiguousarray(x, dtype=np.float64), opts.weights, opts.norm_code, cmin,
               cmax, g.integral, tmask, opts.k, *opts.group_args(x, xcat))
-    radius = _first_radius(engine, opts)
     (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, popped, evaluated, refined, done, i_lo, i_hi,
-     i_lab, i_d, low) = best_first(q, engine.forest, engine.cells, engine.kernel, max_boxes,
-                                   radius, DEEPEN_GROWTH, DEEPEN_ROUNDS, max_seconds,
-                                   best_found)
+     i_lab, i_d, low, held) = _run(engine, q, opts, budget)
     stopped = done != COMPLETE
-    if stopped and best_found and c_d.size + i_d.size:
+    if stopped and budget.best_found and c_d.size + i_d.size:
         # the best met: the stopped round's candidates and the incumbents, each box once
         # (a box may be both), its near-ties left out (the model has not labelled them)
         c_lo, c_hi = np.concatenate([c_lo, i_lo]), np.concatenate([c_hi, i_hi])
@@ -604,10 +655,8 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
         first.sort()
         c_lo, c_hi, c_lab, c_d = c_lo[first], c_hi[first], c_lab[first], c_d[first]
         t_d = t_d[:0]
-    elif done == OUT_OF_TIME:
-        raise _out_of_time(max_seconds)
     elif stopped:
-        raise _out_of_budget(max_boxes)
+        raise budget.exceeded(done, engine)
     if t_d.size:  # near-tie boxes: the model labels their centre, valid for all cells
         t_lab = engine.classify(g.cell_points((t_lo + t_hi) // 2))
         keep = tmask[t_lab]
@@ -618,7 +667,7 @@ def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryO
              for i in np.argsort(c_d, kind="stable")[:opts.k]]
     out = SearchOutput(
         prediction=pred, nodes_popped=int(popped), rectangles_evaluated=int(evaluated),
-        regions_refined=refined,
+        regions_refined=refined, peak_boxes=int(held),
     )
     for d, lo_c, hi_c, lab_c in cands:
         out.found.append(
@@ -656,6 +705,7 @@ __all__ = [
     "DEEPEN_ROUNDS",
     "DEEPEN_START",
     "MAX_MIXED_POPS",
+    "SearchBudget",
     "SearchOutput",
     "linear_scan",
     "locate",

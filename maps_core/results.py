@@ -50,6 +50,9 @@ class QueryStats:
         Rectangles whose exact distance was computed.
     regions_refined : int
         Boxes popped inside unresolved (mixed) regions during the search.
+    peak_boxes : int
+        The most of those boxes the search held at once (its memory: see ``max_memory``
+        of :meth:`~maps_core.CounterfactualMaps.counterfactuals`).
     seconds : float
         Wall-clock time of the search.
     """
@@ -57,6 +60,7 @@ class QueryStats:
     nodes_popped: int = 0
     rectangles_evaluated: int = 0
     regions_refined: int = 0
+    peak_boxes: int = 0
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, int | float]:
@@ -65,6 +69,7 @@ class QueryStats:
             "nodes_popped": int(self.nodes_popped),
             "rectangles_evaluated": int(self.rectangles_evaluated),
             "regions_refined": int(self.regions_refined),
+            "peak_boxes": int(self.peak_boxes),
             "seconds": float(self.seconds),
         }
 

@@ -136,7 +136,7 @@ def _count(body: PredictRequest | CounterfactualRequest) -> int:
 def _limits(settings: Any) -> QueryLimits:
     return QueryLimits(settings.max_batch, settings.max_k, settings.default_norm,
                        settings.map_max_side, settings.query_max_boxes,
-                       settings.query_max_seconds)
+                       settings.query_max_seconds, settings.effective_query_memory())
 
 
 _PNG: dict[int | str, dict[str, Any]] = {

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from svc_helpers import GB3_SPEC, Fitted, Service
 
+from maps_core._memory import bytes_per_box
+
 NAMES = ["x0", "x1", "x2", "x3", "x4"]
 
 
@@ -45,6 +47,7 @@ def _check(res: dict[str, Any], fitted: Fitted, x: np.ndarray, names: list[str])
         "nodes_popped",
         "rectangles_evaluated",
         "regions_refined",
+        "peak_boxes",
         "seconds",
     }
     return cf
@@ -257,6 +260,43 @@ def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:
                 assert r.status_code == 200
                 assert r.json()["counterfactual_distance"] == want["counterfactual_distance"]
         assert refused > 0
+
+
+def test_query_memory_budget_setting(service_factory: Any, rf: Fitted) -> None:
+    """CFMAPS_QUERY_MAX_MEMORY bounds the boxes each instance's search holds at once: with
+    room for two boxes, a query that held more without it (``peak_boxes``) is a 422
+    budget_exceeded naming the limit, and one that held at most one answers as without it
+    (a pop takes one slot beyond its own before it frees any, so two may not be enough for
+    a search that held two)."""
+    X = rf.X[:40]
+    with service_factory(build_max_rectangles=20) as svc:
+        mid = svc.add(rf.skops)
+        free = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                               json={"instances": X.tolist(), "norm": "l2"}).json()["results"]
+        kern = svc.app.state.registry.get(mid).maps.engine.kernel
+        per_box = bytes_per_box(len(NAMES), len(kern.roots), len(kern.base))
+    with service_factory(build_max_rectangles=20, query_max_memory=2 * per_box) as svc:
+        assert svc.settings.effective_query_memory() == 2 * per_box
+        mid = svc.add(rf.skops)
+        refused = answered = 0
+        for x, want in zip(X, free, strict=True):
+            r = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                                json={"instance": x.tolist(), "norm": "l2"})
+            held = want["stats"]["peak_boxes"]
+            if r.status_code == 422:
+                assert r.json()["error"] == "budget_exceeded"
+                assert "max_memory" in r.json()["message"]
+            else:
+                assert r.status_code == 200, r.text
+                assert r.json()["counterfactual_distance"] == want["counterfactual_distance"]
+                assert r.json()["stats"]["peak_boxes"] == held
+            if held > 2:
+                assert r.status_code == 422
+                refused += 1
+            elif held <= 1:
+                assert r.status_code == 200
+                answered += 1
+        assert refused > 0 and answered > 0
 
 
 def test_query_time_budget_setting(service_factory: Any, rf: Fitted) -> None:

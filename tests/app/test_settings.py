@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings, parse_byte_size
+from app.settings import Settings, parse_byte_size, query_threads
 from maps_core import available_memory
 
 
@@ -27,6 +27,23 @@ def test_build_max_memory_from_the_environment(monkeypatch: pytest.MonkeyPatch, 
         monkeypatch.setenv("CFMAPS_BUILD_MAX_MEMORY", bad)
         with pytest.raises(ValidationError):
             Settings()
+
+
+def test_query_max_memory_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("CFMAPS_QUERY_MAX_MEMORY", "256M")
+    s = Settings()
+    assert s.query_max_memory == 256 << 20 and s.effective_query_memory() == 256 << 20
+    for bad in ("lots", "-1G", "0"):
+        monkeypatch.setenv("CFMAPS_QUERY_MAX_MEMORY", bad)
+        with pytest.raises(ValidationError):
+            Settings()
+
+
+def test_default_query_memory_is_a_third_of_the_memory_shared_by_the_query_threads(
+        tmp_path) -> None:
+    assert Settings(data_dir=tmp_path).effective_query_memory() == (
+        available_memory() // (3 * query_threads()))
 
 
 def test_default_build_memory_is_half_the_memory_shared_by_the_builds(tmp_path) -> None:

@@ -188,10 +188,11 @@ def test_a_batch_answers_every_row_as_a_query_of_its_own(norm, budget):
         t_idx = None if target is None else maps.target_index(target)
         cats = categories(opts, Q)
         for i, res in enumerate(got):
-            want = search(engine, Q[i], t_idx, opts, 10**6, int(rids[i]), cats[i])
+            want = search(engine, Q[i], t_idx, opts, int(rids[i]), cats[i])
             assert maps.target_index(res.prediction) == want.prediction
             assert res.stats.nodes_popped == want.nodes_popped
             assert res.stats.regions_refined == want.regions_refined
+            assert res.stats.peak_boxes == want.peak_boxes
             assert res.stats.seconds > 0
             assert res.unreachable == tuple(maps.classes[j] for j in want.unreachable)
             assert len(res.counterfactuals) == len(want.found)

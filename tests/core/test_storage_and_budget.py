@@ -15,6 +15,7 @@ from maps_core import (
     IncompatibleArtifactError,
     InvalidQueryError,
 )
+from maps_core._memory import bytes_per_box
 from tests.conftest import fit, region_end_points, synthetic
 
 
@@ -173,6 +174,52 @@ def test_query_budget_must_be_a_positive_integer(budgeted, bad):
     with pytest.raises(InvalidQueryError, match="max_boxes") as exc:
         part.counterfactual(X[0], max_boxes=bad)
     assert exc.value.field == "max_boxes"
+
+
+def test_query_memory_budget_bounds_the_boxes_held(budgeted):
+    """``max_memory`` bounds the boxes a search holds at once (``peak_boxes``, each
+    ``bytes_per_box`` bytes): a budget one box short of what a search held without it
+    stops that search (BudgetExceededError naming ``max_memory``, or the best found,
+    within the budget), and a budget with room for it plus one pop's slots gives the same
+    search, box for box."""
+    model, X, full, part = budgeted
+    eng = part.engine
+    per_box = bytes_per_box(eng.grid.n_features, len(eng.kernel.roots), len(eng.classes))
+    fo = eng.forest
+    room = max(2, int((fo.kend - fo.kstart).max()))  # what one pop may take
+    stopped = 0
+    for x in X[:25]:
+        free = part.counterfactual(x, norm="l1")
+        held = free.stats.peak_boxes
+        if held == 0:
+            continue
+        same = part.counterfactual(x, norm="l1", max_memory=(held + room) * per_box)
+        assert same.best.distance == free.best.distance
+        assert (same.stats.regions_refined, same.stats.peak_boxes) == (
+            free.stats.regions_refined, held)
+        short = (held - 1) * per_box + per_box - 1  # room for held - 1 boxes, not held
+        with pytest.raises(BudgetExceededError, match="max_memory") as exc:
+            part.counterfactual(x, norm="l1", max_memory=short)
+        assert f"more than {held - 1:,} boxes" in str(exc.value)
+        try:
+            best = part.counterfactual(x, norm="l1", max_memory=short, on_budget="best")
+        except BudgetExceededError:
+            pass  # it met no target box before it stopped
+        else:
+            assert best.stats.peak_boxes <= held - 1
+            assert not best.optimal or best.best.distance == free.best.distance
+            assert best.lower_bound <= free.best.distance <= best.best.distance
+            assert model.predict(best.best.x[None])[0] == best.target
+        stopped += 1
+    assert stopped > 0, "no search held a box: the test checks nothing"
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
+def test_query_memory_budget_must_be_a_positive_integer(budgeted, bad):
+    _, X, _, part = budgeted
+    with pytest.raises(InvalidQueryError, match="max_memory") as exc:
+        part.counterfactual(X[0], max_memory=bad)
+    assert exc.value.field == "max_memory"
 
 
 def test_query_time_budget_in_mixed_regions(budgeted):
