@@ -10,10 +10,11 @@ prints the one it uses::
     python -m benchmarks.engine_ab build /tmp/ab                  # BC, CP, FI, PD
     git worktree add /tmp/old <commit>
     cd /tmp
-    PYTHONPATH=/tmp/old NUMBA_CACHE_DIR=/tmp/nc_old python $REPO/benchmarks/engine_ab.py query /tmp/ab --out old1.json
-    PYTHONPATH=$REPO NUMBA_CACHE_DIR=/tmp/nc_new python $REPO/benchmarks/engine_ab.py query /tmp/ab --out new1.json
+    AB=$REPO/benchmarks/engine_ab.py
+    PYTHONPATH=/tmp/old NUMBA_CACHE_DIR=/tmp/nc_old python $AB query /tmp/ab --out old1.json
+    PYTHONPATH=$REPO NUMBA_CACHE_DIR=/tmp/nc_new python $AB query /tmp/ab --out new1.json
     ...                                                          # old2, new2
-    python $REPO/benchmarks/engine_ab.py compare old1.json new1.json old2.json new2.json
+    python $AB compare old1.json new1.json old2.json new2.json
 
 ``build``: ``RandomForestClassifier(100, max_depth=5, random_state=0)`` per dataset (80/20
 split, declared schemas, budgets 240 s and 5M rectangles, as ``bench_engine``), its maps
