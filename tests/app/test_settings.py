@@ -18,24 +18,17 @@ def test_byte_sizes(text: str, want: int) -> None:
     assert parse_byte_size(text) == want
 
 
-def test_build_max_memory_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+@pytest.mark.parametrize("field", ["build_max_memory", "query_max_memory"])
+def test_memory_budgets_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                             field: str) -> None:
     monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("CFMAPS_BUILD_MAX_MEMORY", "3G")
+    var = f"CFMAPS_{field.upper()}"
+    monkeypatch.setenv(var, "3G")
     s = Settings()
-    assert s.build_max_memory == 3 << 30 and s.effective_build_memory() == 3 << 30
+    effective = s.effective_build_memory if field.startswith("build") else s.effective_query_memory
+    assert getattr(s, field) == 3 << 30 and effective() == 3 << 30
     for bad in ("lots", "-1G", "0"):
-        monkeypatch.setenv("CFMAPS_BUILD_MAX_MEMORY", bad)
-        with pytest.raises(ValidationError):
-            Settings()
-
-
-def test_query_max_memory_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("CFMAPS_QUERY_MAX_MEMORY", "256M")
-    s = Settings()
-    assert s.query_max_memory == 256 << 20 and s.effective_query_memory() == 256 << 20
-    for bad in ("lots", "-1G", "0"):
-        monkeypatch.setenv("CFMAPS_QUERY_MAX_MEMORY", bad)
+        monkeypatch.setenv(var, bad)
         with pytest.raises(ValidationError):
             Settings()
 

@@ -168,12 +168,13 @@ def test_query_budget_in_mixed_regions(budgeted):
     assert stuck > 0
 
 
+@pytest.mark.parametrize("option", ["max_boxes", "max_memory"])
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
-def test_query_budget_must_be_a_positive_integer(budgeted, bad):
+def test_query_budgets_must_be_positive_integers(budgeted, option, bad):
     _, X, _, part = budgeted
-    with pytest.raises(InvalidQueryError, match="max_boxes") as exc:
-        part.counterfactual(X[0], max_boxes=bad)
-    assert exc.value.field == "max_boxes"
+    with pytest.raises(InvalidQueryError, match=option) as exc:
+        part.counterfactual(X[0], **{option: bad})
+    assert exc.value.field == option
 
 
 def test_query_memory_budget_bounds_the_boxes_held(budgeted):
@@ -212,14 +213,6 @@ def test_query_memory_budget_bounds_the_boxes_held(budgeted):
             assert model.predict(best.best.x[None])[0] == best.target
         stopped += 1
     assert stopped > 0, "no search held a box: the test checks nothing"
-
-
-@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
-def test_query_memory_budget_must_be_a_positive_integer(budgeted, bad):
-    _, X, _, part = budgeted
-    with pytest.raises(InvalidQueryError, match="max_memory") as exc:
-        part.counterfactual(X[0], max_memory=bad)
-    assert exc.value.field == "max_memory"
 
 
 def test_query_time_budget_in_mixed_regions(budgeted):
