@@ -726,14 +726,19 @@ class Registry:
         except Exception:  # half-written by another process: next pass
             return
         fresh.seen_stamp = stamp
+        # Ready on disk means "loading" here until the maps are in: an entry published as
+        # ready without them answered a request in between with a 409 ("not ready:
+        # ready"), where "loading" makes it wait for this pass (behind, catch_up).
+        load = fresh.status == "ready"
+        if load:
+            fresh.status = "loading"
         if entry is None:
             with self._lock:
                 if model_id in self._entries or model_id in self._deleted:
                     return
                 self._entries[model_id] = fresh
             entry = fresh
-            if fresh.status == "ready":
-                fresh.status = "loading"
+            if load:
                 self._load_entry(fresh)
                 return
         else:
@@ -746,8 +751,7 @@ class Registry:
                 entry.error, entry.stats = fresh.error, fresh.stats
                 entry.progress, entry.updated_at = fresh.progress, fresh.updated_at
                 entry.fingerprint = fresh.fingerprint
-            if fresh.status == "ready" and not was_ready:
-                entry.status = "loading"
+            if load and not was_ready:
                 self._load_entry(entry)
                 return
             self._changed()

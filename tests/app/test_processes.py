@@ -125,6 +125,49 @@ def test_what_one_process_did_answers_at_once_on_another(
         assert b.client.get(f"/v1/models/{other}").status_code == 404
 
 
+class _Watched:
+    """A registry's lock that checks, at every release, that no entry is ready without
+    its maps (what a request would see in between)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry, self.lock, self.seen = registry, registry._lock, []
+
+    def __enter__(self) -> _Watched:
+        self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def acquire(self, *args: Any, **kw: Any) -> bool:
+        return self.lock.acquire(*args, **kw)
+
+    def release(self) -> None:
+        self.seen += [(e.id, e.status) for e in self.registry._entries.values()
+                      if e.maps is None]
+        self.lock.release()
+
+
+def test_a_model_another_process_built_is_never_ready_here_without_its_maps(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Path
+) -> None:
+    # ``cfmaps serve --workers 2``: the process that did not build a model published it
+    # as ready before loading its maps, and a request in between got 409 "not ready:
+    # ready" instead of waiting for the load (kill-under-load test, a rare flake).
+    data = tmp_path / "shared"
+    other = Registry(Settings(data_dir=data))
+    other.open()
+    with service_factory(data_dir=data) as svc:
+        model_id = svc.add(rf.skops)
+    watch = _Watched(other)
+    other._lock = watch  # type: ignore[assignment]
+    other.catch_up(model_id)
+    assert other.get_ready(model_id).maps is not None
+    assert (model_id, "loading") in watch.seen
+    assert (model_id, "ready") not in watch.seen, watch.seen
+    other.close()
+
+
 def test_a_sync_pass_between_upload_and_submit_does_not_queue_the_build_twice(
     rf: Fitted, tmp_path: Path
 ) -> None:
