@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from svc_helpers import Fitted, Service, upload, wait_until
 
 from app import modelio
@@ -148,17 +150,30 @@ class _Watched:
         self.lock.release()
 
 
+@pytest.mark.parametrize("known", [False, True], ids=["unknown-here", "known-building"])
 def test_a_model_another_process_built_is_never_ready_here_without_its_maps(
-    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Path
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Path, known: bool
 ) -> None:
     # ``cfmaps serve --workers 2``: the process that did not build a model published it
     # as ready before loading its maps, and a request in between got 409 "not ready:
-    # ready" instead of waiting for the load (kill-under-load test, a rare flake).
+    # ready" instead of waiting for the load (kill-under-load test, a rare flake). Both
+    # ways it learns of the model: unknown until then, or seen while it was building.
     data = tmp_path / "shared"
     other = Registry(Settings(data_dir=data))
     other.open()
     with service_factory(data_dir=data) as svc:
         model_id = svc.add(rf.skops)
+    if known:
+        status = data / "models" / model_id / "status.json"
+        ready = status.read_text()
+        building = json.loads(ready) | {"status": "building"}
+        for text in (json.dumps(building), ready):  # new files, as every write here is
+            tmp = status.with_suffix(".tmp")
+            tmp.write_text(text)
+            os.replace(tmp, status)
+            if text != ready:
+                other.catch_up(model_id)
+                assert other.get(model_id).status == "building"
     watch = _Watched(other)
     other._lock = watch  # type: ignore[assignment]
     other.catch_up(model_id)
