@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -12,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._memory import default_build_memory, default_query_memory
+from ._memory import default_build_memory
 from .adapters import flatten_model
 from .engine import SearchEngine
 from .ensemble import FlatEnsemble
@@ -21,7 +20,7 @@ from .grid import Grid
 from .index import KDForest, build_index
 from .options import QueryOptions, categories, make_options
 from .partition import Partition, extract
-from .query import MAX_MIXED_POPS, SearchBudget, SearchOutput, locate, locate_rect, search_batch
+from .query import SearchBudget, SearchOutput, locate, locate_rect, search_batch
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import FeatureSchema
 from .storage import Artifact, load_artifact, save_artifact
@@ -362,33 +361,13 @@ class CounterfactualMaps:
         """:meth:`counterfactuals` of the validated matrix ``A`` (shape (n, n_features))."""
         t_idx = None if target is None else self.target_index(target)
         options = dict(options)
-        max_boxes = options.pop("max_boxes", None)
-        if max_boxes is None:
-            max_boxes = MAX_MIXED_POPS
-        elif (not isinstance(max_boxes, int | np.integer) or isinstance(max_boxes, bool)
-              or max_boxes < 1):
-            raise InvalidQueryError("max_boxes must be a positive integer", "max_boxes")
-        max_seconds = options.pop("max_seconds", None)
-        if max_seconds is None:
-            max_seconds = math.inf
-        elif (not isinstance(max_seconds, int | float | np.integer | np.floating)
-              or isinstance(max_seconds, bool) or not max_seconds > 0):
-            raise InvalidQueryError("max_seconds must be a positive number", "max_seconds")
-        max_memory = options.pop("max_memory", None)
-        if max_memory is None:
-            max_memory = default_query_memory()
-        elif (not isinstance(max_memory, int | np.integer) or isinstance(max_memory, bool)
-              or max_memory < 1):
-            raise InvalidQueryError("max_memory must be a positive integer (bytes)", "max_memory")
-        on_budget = options.pop("on_budget", "error")
-        if on_budget not in ("error", "best"):
-            raise InvalidQueryError(
-                f"on_budget must be 'error' or 'best', not {on_budget!r}", "on_budget")
+        budget = SearchBudget.parse(options.pop("max_boxes", None),
+                                    options.pop("max_seconds", None),
+                                    options.pop("max_memory", None),
+                                    options.pop("on_budget", "error"))
         opts: QueryOptions = make_options(self.engine, **options)
         cats = categories(opts, A)  # every row's one-hot groups are valid before any work
         rids = locate_rect(self.engine, A)  # one compiled call for the batch
-        budget = SearchBudget(max_boxes=int(max_boxes), max_seconds=float(max_seconds),
-                              max_memory=int(max_memory), best_found=on_budget == "best")
         outs = search_batch(self.engine, A, t_idx, opts, rids, cats, budget)
         return [self._result(A[i], t_idx, out) for i, out in enumerate(outs)]
 

@@ -27,6 +27,7 @@ float32 value strictly inside.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from ._memory import boxes_within, default_query_memory
 from ._norms import L0, L2, LINF, finish
 from .distance import rect_dist
 from .engine import SearchEngine
-from .exceptions import BudgetExceededError
+from .exceptions import BudgetExceededError, InvalidQueryError
 from .grid import cells_kernel
 from .lazy import COMPLETE, OUT_OF_MEMORY, OUT_OF_TIME, Query, best_first, certified_only
 from .options import QueryOptions
@@ -483,6 +484,27 @@ class SearchBudget:
     max_memory: int = field(default_factory=default_query_memory)
     best_found: bool = False
 
+    @classmethod
+    def parse(cls, max_boxes: Any = None, max_seconds: Any = None, max_memory: Any = None,
+              on_budget: Any = "error") -> SearchBudget:
+        """The budget a caller's options ask for (``None``: the default), checked.
+
+        Raises
+        ------
+        InvalidQueryError
+            Naming the option that is not a positive number (an integer for the boxes and
+            the bytes) or an ``on_budget`` other than ``"error"`` and ``"best"``.
+        """
+        boxes = int(_positive(max_boxes, "max_boxes", MAX_MIXED_POPS, "integer"))
+        seconds = float(_positive(max_seconds, "max_seconds", math.inf, "number"))
+        memory = int(_positive(max_memory, "max_memory", default_query_memory(),
+                               "integer (bytes)"))
+        if on_budget not in ("error", "best"):
+            raise InvalidQueryError(
+                f"on_budget must be 'error' or 'best', not {on_budget!r}", "on_budget")
+        return cls(max_boxes=boxes, max_seconds=seconds, max_memory=memory,
+                   best_found=on_budget == "best")
+
     def max_held(self, engine: SearchEngine) -> int:
         """The boxes a search on ``engine``'s maps may hold at once within ``max_memory``."""
         kern = engine.kernel
@@ -514,6 +536,18 @@ class SearchBudget:
             "budget (max_seconds / max_rectangles), or take the best counterfactual found "
             "within the budget (on_budget='best')"
         )
+
+
+def _positive(value: Any, name: str, default: Any, what: str) -> Any:
+    """``value`` of the budget option ``name``, ``default`` when None; ``what`` says which
+    kind it must be: "integer..." (numpy's too) or "number" (also a float)."""
+    if value is None:
+        return default
+    kind = numbers.Real if what == "number" else numbers.Integral  # numpy's scalars too
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if not ok or not value > 0:
+        raise InvalidQueryError(f"{name} must be a positive {what}", name)
+    return value
 
 
 def _first_radius(engine: SearchEngine, opts: QueryOptions) -> float:
