@@ -88,6 +88,15 @@ def grow(a, n):
     return out
 
 
+@njit(cache=True, nogil=True)
+def grow_to(a, n):
+    """``a`` copied into a buffer of exactly ``n >= len(a)`` rows: for the box slots, whose
+    count is a memory budget (:func:`grow` would double past it)."""
+    out = np.empty((n,) + a.shape[1:], dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
 @njit(**NO_NRT)
 def slot(free, n_free, n_used):
     """A slot for a pending box: a recycled one, else the next new one (the caller has
@@ -97,4 +106,4 @@ def slot(free, n_free, n_used):
     return n_used, n_free, n_used + 1
 
 
-__all__ = ["grow", "is_kd", "kd_entry", "kd_node", "kd_owner", "pop", "push", "slot"]
+__all__ = ["grow", "grow_to", "is_kd", "kd_entry", "kd_node", "kd_owner", "pop", "push", "slot"]

@@ -63,7 +63,7 @@ from ._bounds import (
     sweep_workspace,
 )
 from ._clock import clock
-from ._heap import grow, is_kd, kd_entry, kd_node, kd_owner, pop, push, slot
+from ._heap import grow, grow_to, is_kd, kd_entry, kd_node, kd_owner, pop, push, slot
 from ._incumbent import with_polished
 from ._norms import L0, L1, L2, LINF, accumulate_radius, fold
 from .distance import NO_NRT, box_dist, gap_term, rect_dist
@@ -831,11 +831,11 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                 break
             # doubling, but never past max_held: the slots are most of a search's memory
             rows = min(max(2 * p_lo.shape[0], n_used + sneed), max_held)
-            p_lo = grow(p_lo, rows)
-            p_hi = grow(p_hi, rows)
-            p_start = grow(p_start, rows)
-            p_cs = grow(p_cs, rows)
-            p_free = grow(p_free, rows)
+            p_lo = grow_to(p_lo, rows)
+            p_hi = grow_to(p_hi, rows)
+            p_start = grow_to(p_start, rows)
+            p_cs = grow_to(p_cs, rows)
+            p_free = grow_to(p_free, rows)
         if n + need > keys.shape[0]:
             keys = grow(keys, n + need)
             vals = grow(vals, n + need)

@@ -198,6 +198,13 @@ def test_query_memory_budget_bounds_the_boxes_held(budgeted):
         assert same.best.distance == free.best.distance
         assert (same.stats.regions_refined, same.stats.peak_boxes) == (
             free.stats.regions_refined, held)
+        # whatever the budget, a search that completes held no more boxes than it allows
+        for boxes in range(max(1, held // 2), held + room + 1, max(1, held // 8)):
+            try:
+                within = part.counterfactual(x, norm="l1", max_memory=boxes * per_box)
+            except BudgetExceededError:
+                continue
+            assert within.stats.peak_boxes <= boxes
         short = (held - 1) * per_box + per_box - 1  # room for held - 1 boxes, not held
         with pytest.raises(BudgetExceededError, match="max_memory") as exc:
             part.counterfactual(x, norm="l1", max_memory=short)
