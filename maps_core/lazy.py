@@ -167,14 +167,9 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
     return klo, khi
 
 
-# A deepening round that popped fewer mixed-region boxes than this was cheap, and the next
-# grows faster (see maps_core.query.DEEPEN_FAST_GROWTH).
-CHEAP_ROUND = 10
-
-
 @njit(cache=True, nogil=True)
-def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, fast_growth, max_rounds,
-               max_seconds, keep_best):
+def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, max_seconds,
+               keep_best):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
@@ -186,9 +181,8 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, fast_growth,
     whose first call compiles this function (tens of seconds on a new machine, which
     made the first query of a new service fail its 30 s budget).
     Iterative deepening: rounds bounded by ``radius`` (a distance; ``inf`` for a single
-    unbounded round), grown by ``growth`` (by ``fast_growth`` after a round that popped
-    fewer than :data:`CHEAP_ROUND` mixed-region boxes) until a round finds the k best
-    (each round is exact below its bound), the radius covers every point the constraints allow, or
+    unbounded round), grown by ``growth`` until a round finds the k best (each round is
+    exact below its bound), the radius covers every point the constraints allow, or
     ``max_rounds`` rounds failed (then one unbounded round). Each round is
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
@@ -298,7 +292,7 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, fast_growth,
                 # must be found again at their own distance
                 cap = np.sort(u_d)[q.k - 1]
                 cap = cap + cap * 1e-12 + 1e-300
-        radius *= fast_growth if po < CHEAP_ROUND else growth
+        radius *= growth
     raise AssertionError("unreachable: the last round is unbounded")
 
 
@@ -1028,5 +1022,5 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
     return code
 
 
-__all__ = ["CHEAP_ROUND", "COMPLETE", "OUT_OF_BOXES", "OUT_OF_MEMORY", "OUT_OF_TIME", "Cells",
-           "Forest", "Query", "best_first", "certified_only", "clip_to_ball", "reachable_cells"]
+__all__ = ["COMPLETE", "OUT_OF_BOXES", "OUT_OF_MEMORY", "OUT_OF_TIME", "Cells", "Forest", "Query",
+           "best_first", "certified_only", "clip_to_ball", "reachable_cells"]

@@ -226,8 +226,7 @@ ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE, BEST_FOUND = 0, 1, 2, 3, 4
 
 @njit(cache=True, nogil=True)
 def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcols, gcost, fo,
-           ce, kern, max_pops, max_held, max_seconds, radius, growth, fast_growth, max_rounds,
-           best_found):
+           ce, kern, max_pops, max_held, max_seconds, radius, growth, max_rounds, best_found):
     """The nearest counterfactual (``k = 1``) of every row of ``X`` (shape (n, m)) in one
     compiled call: per row, :func:`~maps_core.lazy.best_first` under its constraint box
     (each row with its own budgets: ``max_pops`` boxes popped, ``max_held`` held at once and
@@ -266,8 +265,8 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
         q = Query(X[i], w, norm, cmins[i], cmaxs[i], integral, tmasks[i], 1, gcol, gstart,
                   gcols, gcost, xcats[i])
         (c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done, i_lo, i_hi, i_lab, i_d, lb,
-         hd) = best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, fast_growth,
-                          max_rounds, max_seconds, best_found)
+         hd) = best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds,
+                          max_seconds, best_found)
         counters[i, 0] = kp
         counters[i, 1] = ev
         counters[i, 2] = po
@@ -418,29 +417,16 @@ MAX_MIXED_POPS = 2_000_000
 
 # Iterative deepening on maps with mixed regions: a search bounded by a distance clips
 # every box to the cells that may lie nearer (``lazy.clip_to_ball``), which spares it the
-# peeling of mixed regions beyond the answer, split by split. The first bound is a
-# fraction of the typical weighted feature width (DEEPEN_START, DEEPEN_START_LINF), grown
-# by DEEPEN_GROWTH until a round finds the k best (each round is exact below its bound),
-# by DEEPEN_FAST_GROWTH after a round that popped fewer than ``lazy.CHEAP_ROUND`` boxes;
-# after DEEPEN_ROUNDS rounds the search runs unbounded. PD 100x5, 2k-rectangle maps, l2
-# kernel medians, same queries: 8.9 -> 2.4 ms (test rows), 2.6 -> 0.56 ms (uniform).
-# Start and growth: on the 5M maps and the suite's 1000 queries, 0.1/1.3 against 0.05/1.5
-# gives means -7/-7/-3% (l2, l1, linf), medians within noise; 0.05/1.2, 0.025/1.3 and
-# 0.1/1.5 are no better. A first bound of 0.1 is far too wide for gradient boosting,
-# whose answers are near (Credit GB 300x4: median 0.0017, test rows 0.00027), and a first
-# round that wide clips every box it pops to it. For l1 and l2, 0.01 with x3 after cheap
-# rounds (2,000 queries, the same distances): Credit GB 300x4 l1 boxes 0.73x, p50 2.21 ->
-# 1.12 ms, mean 3.24 -> 1.71 ms; Credit RF 100x5 (200 l1 probe queries) 0.93x the boxes,
-# p50 24.5 -> 20.4 ms; PD (the 5M maps, 300 queries) p50 1.03x (l1) and 1.11x (l2).
-# 0.003 and 1e-4 did better on GB but cost PD 1.6-1.9x (each round's fixed cost). linf
-# keeps 0.1 and 1.3 throughout: the faster growth cost PD linf 1.2x and GB linf 1.04x the
-# boxes.
-DEEPEN_START = 0.01
-DEEPEN_START_LINF = 0.1
+# peeling of mixed regions beyond the answer, split by split. The first bound is this
+# fraction of the typical weighted feature width, grown by DEEPEN_GROWTH until a round
+# finds the k best (each round is exact below its bound); after DEEPEN_ROUNDS rounds the
+# search runs unbounded. PD 100x5, 2k-rectangle maps, l2 kernel medians, same queries:
+# 8.9 -> 2.4 ms (test rows), 2.6 -> 0.56 ms (uniform). Start and growth: on the 5M maps
+# and the suite's 1000 queries, 0.1/1.3 against 0.05/1.5 gives means -7/-7/-3% (l2, l1,
+# linf), medians within noise; 0.05/1.2, 0.025/1.3 and 0.1/1.5 are no better.
+DEEPEN_START = 0.1
 DEEPEN_GROWTH = 1.3
-DEEPEN_FAST_GROWTH = 3.0
-# 0.01 x 1.3^32 reaches about as far as the former 0.1 x 1.3^24
-DEEPEN_ROUNDS = 32
+DEEPEN_ROUNDS = 24
 
 
 def _constraints_text(engine: SearchEngine, opts: QueryOptions) -> str:
@@ -564,14 +550,11 @@ def _positive(value: Any, name: str, default: Any, what: str) -> Any:
     return value
 
 
-def _deepening(engine: SearchEngine, opts: QueryOptions) -> tuple[float, float, float]:
-    """The deepening rounds' first bound (infinite: a single unbounded round), growth and
-    growth after a cheap round."""
-    if opts.norm_code == L0 or not engine.has_mixed:
-        return np.inf, DEEPEN_GROWTH, DEEPEN_GROWTH
-    if opts.norm_code == LINF:
-        return DEEPEN_START_LINF * opts.scale, DEEPEN_GROWTH, DEEPEN_GROWTH
-    return DEEPEN_START * opts.scale, DEEPEN_GROWTH, DEEPEN_FAST_GROWTH
+def _first_radius(engine: SearchEngine, opts: QueryOptions) -> float:
+    """The first bound of the deepening rounds (infinite: a single unbounded round)."""
+    if opts.norm_code != L0 and engine.has_mixed:
+        return DEEPEN_START * opts.scale
+    return np.inf
 
 
 # A batch of fewer rows goes through search() row by row: the compiled batch's fixed cost
@@ -615,8 +598,8 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
             A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows], opts.weights,
             opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
             engine.forest, engine.cells, engine.kernel, budget.max_boxes,
-            budget.max_held(engine), budget.max_seconds, *_deepening(engine, opts),
-            DEEPEN_ROUNDS, budget.best_found)
+            budget.max_held(engine), budget.max_seconds, _first_radius(engine, opts),
+            DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.best_found)
         out_of = np.flatnonzero(status == OUT_OF_BUDGET)
         if out_of.size:
             # the first such row names the budget it ran out of, as the row-by-row path
@@ -666,8 +649,8 @@ def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
     (:func:`~maps_core.lazy.certified_only`) answers, with fewer arrays to hand back."""
     if engine.has_mixed:
         return best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
-                          budget.max_held(engine), *_deepening(engine, opts),
-                          DEEPEN_ROUNDS, budget.max_seconds, budget.best_found)
+                          budget.max_held(engine), _first_radius(engine, opts),
+                          DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.max_seconds, budget.best_found)
     lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
                                                        engine.kernel)
     none, nolab, nod = lo[:0], lab[:0], d[:0]
@@ -752,11 +735,9 @@ def linear_scan(engine: SearchEngine, x: np.ndarray, t_idx: int, opts: QueryOpti
 
 
 __all__ = [
-    "DEEPEN_FAST_GROWTH",
     "DEEPEN_GROWTH",
     "DEEPEN_ROUNDS",
     "DEEPEN_START",
-    "DEEPEN_START_LINF",
     "MAX_MIXED_POPS",
     "SearchBudget",
     "SearchOutput",

@@ -144,9 +144,8 @@ def shared_dir() -> Path:
     return SHARED
 
 
-# Iterative deepening schedules (first radius, growth, for every norm and after cheap
-# rounds too): the default; many small rounds, most failing, some reaching the unbounded
-# last round; one unbounded round.
+# Iterative deepening schedules (first radius, growth): the default; many small rounds,
+# most failing, some reaching the unbounded last round; one unbounded round.
 DEEPENING = {"default": None, "many-rounds": (1e-3, 1.2), "unbounded": (np.inf, 1.5)}
 
 
@@ -154,8 +153,6 @@ DEEPENING = {"default": None, "many-rounds": (1e-3, 1.2), "unbounded": (np.inf, 
 def deepening(request, monkeypatch):
     if DEEPENING[request.param] is not None:
         start, growth = DEEPENING[request.param]
-        for name in ("DEEPEN_START", "DEEPEN_START_LINF"):
-            monkeypatch.setattr(maps_core.query, name, start)
-        for name in ("DEEPEN_GROWTH", "DEEPEN_FAST_GROWTH"):
-            monkeypatch.setattr(maps_core.query, name, growth)
+        monkeypatch.setattr(maps_core.query, "DEEPEN_START", start)
+        monkeypatch.setattr(maps_core.query, "DEEPEN_GROWTH", growth)
     return request.param
