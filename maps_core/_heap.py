@@ -81,20 +81,18 @@ def kd_owner(val):
 
 
 @njit(cache=True, nogil=True)
-def grow(a, n):
-    """``a`` copied into a buffer with room for at least ``n`` rows (doubling)."""
-    out = np.empty((max(2 * a.shape[0], n),) + a.shape[1:], dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return out
-
-
-@njit(cache=True, nogil=True)
 def grow_to(a, n):
     """``a`` copied into a buffer of exactly ``n >= len(a)`` rows: for the box slots, whose
     count is a memory budget (:func:`grow` would double past it)."""
     out = np.empty((n,) + a.shape[1:], dtype=a.dtype)
     out[: a.shape[0]] = a
     return out
+
+
+@njit(cache=True, nogil=True)
+def grow(a, n):
+    """``a`` copied into a buffer with room for at least ``n`` rows (doubling)."""
+    return grow_to(a, max(2 * a.shape[0], n))
 
 
 @njit(**NO_NRT)
