@@ -144,15 +144,19 @@ def shared_dir() -> Path:
     return SHARED
 
 
-# Iterative deepening schedules (first radius, growth): the default; many small rounds,
-# most failing, some reaching the unbounded last round; one unbounded round.
-DEEPENING = {"default": None, "many-rounds": (1e-3, 1.2), "unbounded": (np.inf, 1.5)}
+# Iterative deepening schedules (first radius, growth, first round at a guessed target's
+# distance): the default (one round from the guess, mostly); the fixed start, as without a
+# guess; many small rounds, most failing, some reaching the unbounded last round; one
+# unbounded round.
+DEEPENING = {"default": None, "no-guess": (0.1, 1.3, False),
+             "many-rounds": (1e-3, 1.2, False), "unbounded": (np.inf, 1.5, False)}
 
 
 @pytest.fixture(params=sorted(DEEPENING))
 def deepening(request, monkeypatch):
     if DEEPENING[request.param] is not None:
-        start, growth = DEEPENING[request.param]
+        start, growth, guess = DEEPENING[request.param]
         monkeypatch.setattr(maps_core.query, "DEEPEN_START", start)
         monkeypatch.setattr(maps_core.query, "DEEPEN_GROWTH", growth)
+        monkeypatch.setattr(maps_core.query, "GUESS_FIRST", guess)
     return request.param
