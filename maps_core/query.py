@@ -431,10 +431,10 @@ DEEPEN_GROWTH = 1.3
 DEEPEN_ROUNDS = 24
 # l1 and l2 bound the first round instead just past a guessed target cell's distance
 # (k = 1 only; ``lazy.best_first``). 2,000 queries (1,000 test rows, 1,000 uniform), p50 /
-# p99 ms without -> with: Credit GB 300x4 l1 1.95 / 13.2 -> 0.73 / 4.7, l2 1.65 / 12.7 ->
-# 0.80 / 2.7; Adult GB 300x4 l1 1.32 / 25.9 -> 1.28 / 9.5, l2 1.35 / 21.3 -> 1.47 / 8.3
-# (the guess costs 0.3-0.5 ms); Credit RF 100x5 (400 queries) l1 p50 / mean 24.2 / 101 ->
-# 18.9 / 84 ms, 0.81x the boxes; PD 100x5 (5M maps, engine_ab) l1 0.81x, l2 1.06x. Not
+# p99 ms without -> with: Credit GB 300x4 l1 2.03 / 13.7 -> 0.67 / 4.7, l2 1.72 / 13.2 ->
+# 0.71 / 2.5; Adult GB 300x4 l1 1.37 / 26.7 -> 1.29 / 9.4, l2 1.38 / 21.3 -> 1.49 / 8.4
+# (the guess costs 0.2-0.4 ms); Credit RF 100x5 (400 queries) l1 p50 / mean 24.2 / 101 ->
+# 18.9 / 84 ms, 0.81x the boxes; PD 100x5 (5M maps, engine_ab) l1 0.75x, l2 0.99x. Not
 # linf: its answers mostly lie near the fixed start there, so the guess cost more than it
 # saved (PD p50 1.23x, Adult 1.05x; Credit GB 1.48 -> 0.76 ms, which meets its target
 # either way). Distances identical in every run.
