@@ -603,10 +603,10 @@ def first_guess(q, ce, kern, klo, khi, deadline):
 
     A round bounded just past the distance of a certified target point completes, so a
     search that starts there runs one round, and its boxes are clipped to a ball barely
-    wider than the answer's. Credit GB 300x4, 2,000 l1 queries: the greedy is exact at the
-    90th percentile (1.15x the optimum), costs 0.4 ms at the median, and the search pops
-    0.16x the boxes of the shipped deepening (first bound 0.1 of a feature's width, where
-    the median answer is 0.0017)."""
+    wider than the answer's. Credit GB 300x4, 2,000 l1 queries: the guess is exact at the
+    75th percentile (1.15x the optimum at the 90th), costs 0.28 ms at the median, and the
+    search pops 0.16x the boxes it pops from the fixed first bound (0.1 of a feature's
+    width, where the median answer is 0.0017)."""
     nf, ncut, nl, nr, nv, roots, base, _, tol, _, _ = kern
     x, w, norm, _, _, _, tmask, _, gcol, _, _, gcost, _ = q
     coff, clow, cupp = ce.coff, ce.clow, ce.cupp

@@ -17,6 +17,7 @@ from sklearn.ensemble import (
 from sklearn.tree import DecisionTreeClassifier
 
 import maps_core.query
+from maps_core import CounterfactualMaps
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,6 +136,21 @@ def brute_force(model, x, target_index, weights, norm, classes=None):
     else:
         d = delta.max(axis=1)
     return float(d.min())
+
+
+@pytest.fixture(scope="module", params=[("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)],
+                ids=lambda p: f"{p[0]}-{p[1]}cls")
+def budgeted(request):
+    """A model, its data, its complete maps and maps stopped after 5 rectangles (mostly
+    mixed). Forests big enough that searches split many boxes."""
+    kind, n_classes = request.param
+    X, y = synthetic(n_classes, 5, 4)
+    if kind == "rf":
+        model = RandomForestClassifier(n_estimators=30, max_depth=5, random_state=0)
+    else:
+        model = GradientBoostingClassifier(n_estimators=30, max_depth=3, random_state=0)
+    model.fit(X, y)
+    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model, max_rectangles=5)
 
 
 @pytest.fixture(scope="session")

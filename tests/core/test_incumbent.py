@@ -14,17 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 
 import maps_core.query
-from maps_core import CounterfactualMaps, FeatureSchema, flatten_model
+from maps_core import FeatureSchema, flatten_model
 from maps_core._incumbent import _line_scores, _paths, first_guess
 from maps_core._norms import finish
 from maps_core.grid import Grid
 from maps_core.lazy import Query, reachable_cells
 from maps_core.options import categories, make_options
 from maps_core.partition import Kernel
-from tests.conftest import fit, synthetic
+from tests.conftest import fit
 
 
 @pytest.mark.parametrize("kind,n_classes,m", [("rf", 2, 4), ("rf", 3, 4), ("gb", 2, 4),
@@ -63,23 +62,6 @@ def test_axis_scores_equal_the_scores_of_each_cell(kind, n_classes, m):
     assert checked >= 40
 
 
-@pytest.fixture(scope="module", params=[("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)],
-                ids=lambda p: f"{p[0]}-{p[1]}cls")
-def guessed(request):
-    """A model, its complete maps and maps stopped after 5 rectangles (mostly mixed):
-    forests big enough that searches split many boxes."""
-    kind, n_classes = request.param
-    X, y = synthetic(n_classes, 5, 4)
-    if kind == "rf":
-        model = RandomForestClassifier(n_estimators=30, max_depth=5, random_state=0)
-    else:
-        model = GradientBoostingClassifier(n_estimators=30, max_depth=3, random_state=0)
-    model.fit(X, y)
-    part = CounterfactualMaps.build(model, max_rectangles=5)
-    assert part.stats.mixed_regions > 0
-    return model, X, CounterfactualMaps.build(model), part
-
-
 def _first_guess(maps, x, norm):
     """:func:`~maps_core._incumbent.first_guess` for ``x`` (any other class, no
     constraints), as a distance."""
@@ -96,10 +78,10 @@ def _first_guess(maps, x, norm):
 
 
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
-def test_first_guess_is_a_target_point_at_or_past_the_optimum(guessed, norm):
+def test_first_guess_is_a_target_point_at_or_past_the_optimum(budgeted, norm):
     """The guess that bounds a search's first round is the distance of a target cell: never
     below the exact optimum (complete maps), often at it."""
-    model, X, full, part = guessed
+    model, X, full, part = budgeted
     found = exact = 0
     for x in X[:30]:
         want = full.counterfactual(x, norm=norm).best.distance
@@ -111,12 +93,12 @@ def test_first_guess_is_a_target_point_at_or_past_the_optimum(guessed, norm):
 
 
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
-def test_first_guess_saves_boxes_and_keeps_the_answers(guessed, norm, monkeypatch):
+def test_first_guess_saves_boxes_and_keeps_the_answers(budgeted, norm, monkeypatch):
     """l1 and l2 searches whose first round is bounded by the guess pop fewer
     mixed-region boxes in all than with the fixed first bound (0.45x to 0.7x here), with
     the same exact answers, each predicted as its target by the model; linf searches make
     no guess (``query._guessing``), so they pop the same boxes."""
-    model, X, full, part = guessed
+    model, X, full, part = budgeted
     pops = {}
     for guess in (False, True):
         monkeypatch.setattr(maps_core.query, "GUESS_FIRST", guess)

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+from sklearn.ensemble import RandomForestClassifier
 
 from maps_core import (
     ArtifactNotFoundError,
@@ -114,21 +114,6 @@ def test_mixed_regions_keep_answers_exact_and_faithful(built, tmp_path):
             assert model.predict(a.best.x[None])[0] == a.target
             assert c.best.distance == pytest.approx(b.best.distance, abs=1e-12)
     assert any(r.stats.regions_refined > 0 for r in loaded.counterfactuals(X[:30]))
-
-
-@pytest.fixture(scope="module", params=[("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)],
-                ids=lambda p: f"{p[0]}-{p[1]}cls")
-def budgeted(request):
-    """A model, its complete maps and maps stopped after 5 rectangles (mostly mixed).
-    Forests big enough that searches split many boxes."""
-    kind, n_classes = request.param
-    X, y = synthetic(n_classes, 5, 4)
-    if kind == "rf":
-        model = RandomForestClassifier(n_estimators=30, max_depth=5, random_state=0)
-    else:
-        model = GradientBoostingClassifier(n_estimators=30, max_depth=3, random_state=0)
-    model.fit(X, y)
-    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model, max_rectangles=5)
 
 
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
