@@ -61,9 +61,15 @@ def render(sl: MapSlice, n_classes: int, instance: tuple[float, float] | None = 
     return img
 
 
+def _off_picture(c: tuple[float, float], r: float, w: int, h: int) -> bool:
+    """Whether a mark of radius ``r`` at ``c`` misses the ``w x h`` raster (or ``c`` is not
+    finite): nothing to draw, and a centre far off would overflow the pixel distances."""
+    return not (-r <= c[0] <= w + r and -r <= c[1] <= h + r)
+
+
 def _disc(img: np.ndarray, c: tuple[float, float], r: float, colour: tuple[int, int, int]) -> None:
     h, w, _ = img.shape
-    if not (np.isfinite(c[0]) and np.isfinite(c[1])):
+    if _off_picture(c, r, w, h):
         return
     yy, xx = np.mgrid[0:h, 0:w]
     img[(xx + 0.5 - c[0]) ** 2 + (yy + 0.5 - c[1]) ** 2 <= r * r] = colour
@@ -71,7 +77,7 @@ def _disc(img: np.ndarray, c: tuple[float, float], r: float, colour: tuple[int, 
 
 def _diamond(img: np.ndarray, c: tuple[float, float], r: float, colour: tuple[int, int, int]) -> None:
     h, w, _ = img.shape
-    if not (np.isfinite(c[0]) and np.isfinite(c[1])):
+    if _off_picture(c, r, w, h):
         return
     yy, xx = np.mgrid[0:h, 0:w]
     img[np.abs(xx + 0.5 - c[0]) + np.abs(yy + 0.5 - c[1]) <= r] = colour

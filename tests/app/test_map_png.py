@@ -206,3 +206,19 @@ def test_segments_are_clipped_to_the_picture() -> None:
         assert clipped is not None
         for x, y in clipped:
             assert 0 <= x <= 20 and 0 <= y <= 10
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_marks_far_off_the_picture_draw_nothing() -> None:
+    """A disc or diamond whose centre lies far outside the raster (an instance 1e200 past
+    a narrow range) or is not finite leaves the picture as it was, without overflowing the
+    pixel distances; one just off the edge still draws its overlapping part."""
+    from app.mapimage import _diamond, _disc
+    for mark in (_disc, _diamond):
+        for c in ((1e200, 5.0), (5.0, -1e200), (float("nan"), 1.0), (float("inf"), 1.0)):
+            img = np.zeros((10, 20, 3), dtype=np.uint8)
+            mark(img, c, 6, (255, 255, 255))
+            assert not img.any()
+        img = np.zeros((10, 20, 3), dtype=np.uint8)
+        mark(img, (-3.0, 5.0), 6, (255, 255, 255))
+        assert img[:, 0].any() and not img[:, 5:].any()

@@ -100,6 +100,12 @@ def test_bad_slices_are_refused():
         map_slice(maps, x, 0, 1, 10, 100_000)
     with pytest.raises(InvalidQueryError, match="lo < hi"):
         map_slice(maps, x, 0, 1, 10, 10, a_range=(1.0, 1.0))
+    # hi - lo is finite, but the pixel centres' (i + 0.5) * (hi - lo) would overflow
+    with pytest.raises(InvalidQueryError, match="too wide for 10 pixels") as exc:
+        map_slice(maps, x, 0, 1, 10, 10, b_range=(-8e307, 8e307))
+    assert exc.value.field == "b_range"
+    wide = map_slice(maps, x, 0, 1, 10, 1, a_range=(-1e306, 1e306))  # centres stay finite
+    assert np.all(np.isfinite(wide.a_values)) and np.all(np.abs(wide.a_values) < 1e306)
     with pytest.raises(InvalidQueryError, match="no feature"):
         map_slice(maps, x, 0, 9, 10, 10)
 
