@@ -4,7 +4,7 @@ force of ``tests/core/test_constraints``.
 Each seed trains a random forest, extra trees or gradient boosting (2-3 classes, 3-29
 trees, depth 2-5) on that module's mixed-type data (integers, a binary, with or without a
 one-hot group), builds maps stopped after 2-200 rectangles (so most keep mixed regions)
-and asks three queries with a random norm (l1, l2, linf), constraint kind, target and
+and asks four queries (three rows and a random legal point) with a random norm (l1, l2, linf), constraint kind, target and
 weights, each twice: with the guessed first bound (``maps_core.query.GUESS_FIRST``) and
 without. ``check_result`` checks the distance against the brute force's optimum, the
 answer's validity with the model's own ``predict``, its region and its constraints.
@@ -64,7 +64,7 @@ def main(seed0: int, seconds: float) -> int:
         suite = Suite(model, X, cols, maps, BruteForce(model, cols))
         models += 1
         mixed += maps.stats.mixed_regions > 0
-        for x in suite.queries(rng, n_rows=2):
+        for x in suite.queries(rng, n_rows=3):
             norm = str(rng.choice(["l1", "l2", "linf"]))
             option = str(rng.choice(OPTIONS))
             w = (rng.uniform(0.2, 2.0, size=x.shape[0]) if rng.random() < 0.7
