@@ -4,11 +4,11 @@ force of ``tests/core/test_constraints``.
 Each seed trains a random forest, extra trees or gradient boosting (2-3 classes, 3-29
 trees, depth 2-5) on that module's mixed-type data (integers, a binary, with or without a
 one-hot group), builds maps stopped after 2-200 rectangles (so most keep mixed regions)
-and asks four queries (three rows and a random legal point) with a random norm (l1, l2, linf), constraint kind, target and
-weights, each twice: with the guessed first bound (``maps_core.query.GUESS_FIRST``) and
-without. ``check_result`` checks the distance against the brute force's optimum, the
-answer's validity with the model's own ``predict``, its region and its constraints.
-Run from the repository's root (it imports the tests package)::
+and asks four queries (three rows and a random legal point) with a random norm (l1, l2,
+linf), constraint kind, target and weights, each twice: with the guessed first bound
+(``maps_core.query.GUESS_FIRST``) and without. ``check_result`` checks the distance
+against the brute force's optimum, the answer's validity with the model's own
+``predict``, its region and its constraints. Run from the repository's root (it imports the tests package)::
 
     PYTHONPATH=. python scripts/fuzz_mixed.py SEED SECONDS      # e.g. 600000 1500
 
