@@ -254,11 +254,13 @@ class MapRequest(_Strict):
     )
     norm: Norm | None = Field(default=None, description="Distance of the counterfactual drawn.")
     a_range: tuple[FiniteFloat, FiniteFloat] | None = Field(
-        default=None, description="[lo, hi] shown along the first feature (default: its "
-        "legal range; unbounded ends padded around the thresholds)."
+        default=None, description="[lo, hi] shown along the first feature, lo < hi and "
+        "(hi - lo) x width finite (default: its legal range; unbounded ends padded around "
+        "the thresholds)."
     )
     b_range: tuple[FiniteFloat, FiniteFloat] | None = Field(
-        default=None, description="[lo, hi] shown along the second feature."
+        default=None, description="[lo, hi] shown along the second feature, lo < hi and "
+        "(hi - lo) x height finite."
     )
     overlay: StrictBool = Field(
         default=True, description="Draw box and class boundaries, the instance and the "
