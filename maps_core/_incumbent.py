@@ -412,17 +412,19 @@ def _axis_move(u, x, w, norm, tmask, coff, clow, cupp, klo, khi, cell, sc, tol, 
     j0 = klo[u]
     j1 = khi[u]
     xc = min(max(_cell_of(coff, cupp, u, x[u]), j0), j1)
-    lo = xc - 1  # the next cells to the left and to the right
+    lo = xc - 1  # the next cells to the left and to the right, and their terms
     hi = xc
+    t_lo = _term(x, w, coff, clow, cupp, u, lo) if lo >= j0 else np.inf
+    t_hi = _term(x, w, coff, clow, cupp, u, hi)
     while lo >= j0 or hi <= j1:
-        if hi > j1 or (lo >= j0 and _term(x, w, coff, clow, cupp, u, lo)
-                       <= _term(x, w, coff, clow, cupp, u, hi)):
-            j = lo
+        if hi > j1 or (lo >= j0 and t_lo <= t_hi):
+            j, new = lo, t_lo
             lo -= 1
+            t_lo = _term(x, w, coff, clow, cupp, u, lo) if lo >= j0 else np.inf
         else:
-            j = hi
+            j, new = hi, t_hi
             hi += 1
-        new = _term(x, w, coff, clow, cupp, u, j)
+            t_hi = _term(x, w, coff, clow, cupp, u, hi) if hi <= j1 else np.inf
         d = _swap(norm, total, old, new, rest)
         added = max(d - total, 1e-300)
         if need / added < mv_rate[u]:
