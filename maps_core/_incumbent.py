@@ -704,3 +704,16 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
 
 
 __all__ = ["first_guess", "with_polished"]
+
+
+@njit(cache=True, nogil=True)
+def polish_cell(q, ce, kern, klo, khi, cell, deadline):
+    """:func:`_line_polish` of the target cell ``cell`` (updated in place), then its exact
+    label: (class, distance in accumulated form), (-1, inf) unless a target class wins."""
+    nf, ncut, nl, nr, nv, roots, base, _, tol, _, _ = kern
+    x, w, norm, _, _, _, tmask, _, gcol, _, _, _, _ = q
+    _, ws, lab_ws, gr = _setup(q, ce, kern, klo, khi)
+    work = np.zeros(2, dtype=np.int64)
+    _line_polish(x, w, norm, tmask, gcol, ce.coff, ce.clow, ce.cupp, nf, ncut, nl, nr, nv,
+                 roots, base, tol, klo, khi, cell, ws, gr, work, deadline)
+    return _label(q, ce, kern, cell, lab_ws, work)

@@ -17,7 +17,7 @@ import pytest
 
 import maps_core.query
 from maps_core import FeatureSchema, flatten_model
-from maps_core._incumbent import _line_scores, _paths, first_guess
+from maps_core._incumbent import _label, _line_scores, _paths, _setup, first_guess, polish_cell
 from maps_core._norms import finish
 from maps_core.grid import Grid
 from maps_core.lazy import Query, reachable_cells
@@ -90,6 +90,43 @@ def test_first_guess_is_a_target_point_at_or_past_the_optimum(budgeted, norm):
         found += np.isfinite(got)
         exact += bool(np.isclose(got, want, rtol=1e-9, atol=0))
     assert found >= 25 and exact >= 5, (found, exact)
+
+
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+def test_polish_cell_brings_a_target_cell_nearer_and_keeps_it_a_target(budgeted, norm):
+    """What the search does with a target cell its probe finds: the polished cell is a
+    target cell by the model's own predict, never farther than the cell it started from,
+    never nearer than the exact optimum, and nearer on most queries (the cells start at
+    random target points, far from x)."""
+    model, X, full, part = budgeted
+    eng = part.engine
+    grid = eng.grid
+    rng = np.random.default_rng(1)
+    P = rng.uniform(X.min(axis=0), X.max(axis=0), size=(400, X.shape[1]))
+    pred_p = model.predict(P)
+    nearer = 0
+    for x in X[:25]:
+        pred = model.predict(x[None])[0]
+        opts = make_options(eng, norm=norm)
+        cmin, cmax = opts.constraint_box(x)
+        tmask = np.array([c != pred for c in eng.classes])
+        q = Query(x, opts.weights, opts.norm_code, cmin, cmax, grid.integral, tmask, 1,
+                  *opts.group_args(x, categories(opts, x[None])[0]))
+        ce, kern = eng.cells, eng.kernel
+        klo, khi = reachable_cells(cmin, cmax, ce.coff, ce.clow, ce.cupp)
+        start = grid.cells_of(P[pred_p != pred][:1])[0].astype(np.int32)
+        _, _, lab_ws, _ = _setup(q, ce, kern, klo, khi)
+        lab0, d0 = _label(q, ce, kern, start.copy(), lab_ws, np.zeros(2, dtype=np.int64))
+        assert lab0 >= 0  # a target cell to start from
+        cell = start.copy()
+        lab, d = polish_cell(q, ce, kern, klo, khi, cell, np.inf)
+        assert lab >= 0 and eng.classes[lab] != pred
+        assert model.predict(grid.cell_points(cell[None]))[0] == eng.classes[lab]
+        want = full.counterfactual(x, norm=norm).best.distance
+        got, start_d = finish(opts.norm_code, d), finish(opts.norm_code, d0)
+        assert want * (1 - 1e-12) <= got <= start_d * (1 + 1e-12)
+        nearer += got < start_d * (1 - 1e-9)
+    assert nearer >= 15, nearer
 
 
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
