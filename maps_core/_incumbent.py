@@ -18,6 +18,9 @@ than the price of labelling one cell):
   turn moved to the cell nearest x where a target class still wins, every switched group
   back to x's category if a target class still wins there.
 
+The first of these also bounds a search's first round (:func:`first_guess`), and the last
+brings the target cells the search's sweep probe finds nearer x (:func:`polish_cell`).
+
 Every cell kept is labelled exactly, by every tree from its root (:func:`_target_at`), so
 what these return is certified; but they are guesses, never part of a proof: an answer they
 give is marked not optimal, with the search's own lower bound. They run within a deadline
@@ -703,9 +706,6 @@ def with_polished(q, ce, kern, klo, khi, b_lo, b_hi, b_d, i_lo, i_hi, i_lab, i_d
             np.concatenate((i_d, np.full(1, best_d))))
 
 
-__all__ = ["first_guess", "with_polished"]
-
-
 @njit(cache=True, nogil=True)
 def polish_cell(q, ce, kern, klo, khi, cell, deadline):
     """:func:`_line_polish` of the target cell ``cell`` (updated in place), then its exact
@@ -717,3 +717,6 @@ def polish_cell(q, ce, kern, klo, khi, cell, deadline):
     _line_polish(x, w, norm, tmask, gcol, ce.coff, ce.clow, ce.cupp, nf, ncut, nl, nr, nv,
                  roots, base, tol, klo, khi, cell, ws, gr, work, deadline)
     return _label(q, ce, kern, cell, lab_ws, work)
+
+
+__all__ = ["first_guess", "polish_cell", "with_polished"]
