@@ -327,7 +327,10 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
             while time.monotonic() < stop:
                 try:
                     r = httpx.post(url, json=body, timeout=10)
-                    log.append((time.monotonic(), str(r.status_code)))
+                    status = str(r.status_code)
+                    if r.status_code == 409 and "being loaded" in r.json()["message"]:
+                        status = "409 loading"  # the replacement process, starting up
+                    log.append((time.monotonic(), status))
                 except httpx.TransportError as exc:
                     log.append((time.monotonic(), type(exc).__name__))
 
@@ -343,11 +346,17 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
         before = [s for t, s in log if t < killed_at[0]]
         after = [s for t, s in log if t >= killed_at[0]]
         assert before and set(before) == {"200"}
-        failed = [s for s in after if s != "200"]
+        # The master starts a replacement process, which takes connections at once and
+        # answers 409 "being loaded" (with Retry-After) until its start-up load is done (a
+        # second or two to load numba's cache and the maps, longer on a busy machine: a CI
+        # run saw it past the second this test allowed); nothing else may fail but the
+        # requests in flight to the killed process.
+        failed = [s for s in after if s not in ("200", "409 loading")]
         assert not [s for s in after if s.startswith("5")]
         assert len(failed) <= len(threads), failed  # at most the requests in flight to it
         settled = [s for t, s in log if t >= killed_at[0] + 1.0]
-        assert len(settled) >= 20 and set(settled) == {"200"}, settled[:20]
+        assert len(settled) >= 20 and set(settled) <= {"200", "409 loading"}, settled[:20]
+        assert set(settled[-20:]) == {"200"}, settled[-20:]  # both processes answer again
         assert server.poll() is None  # the service itself is up
 
 
