@@ -237,8 +237,9 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
     proven = 0.0  # no target point is nearer (from the rounds that completed)
     r_lo, r_hi, r_lab, r_d = u_lo, u_hi, u_lab, u_d  # the last completed round's candidates
     have_cap = False
-    polish = guess and q.k == 1  # probes' target cells polished (_bounded_search)
-    if guess and q.k == 1 and radius < np.inf:
+    # with k = 1 only: a round bounded by one target cell guarantees one candidate
+    polish = guess and q.k == 1  # also: probes' target cells polished (_bounded_search)
+    if polish and radius < np.inf:
         # A first bound at the answer's distance beats any fixed start: Credit GB 300x4's
         # answers lie 1e-4 to 0.1 of a feature's width away (Adult's 0.01 to 1), and a
         # round's boxes grow with its bound's overshoot (2,000 l1 queries, boxes popped with
