@@ -2,7 +2,7 @@
 search use to bound the margin of a class over a box of grid cells.
 
 * :func:`label_cell`: the exact class of one cell (and its margin), walking only the trees
-  still live on the enclosing region;
+  still live on the enclosing region (:func:`label_cell_leaves` also records their leaves);
 * :func:`interval_bound`: per tree, the worst reachable leaf; summed, a lower bound of the
   margin of class ``a`` over the box. It also records what :func:`sweep_bound` needs;
 * :func:`sweep_bound`: each live tree projected on one feature, projections on the same
@@ -47,6 +47,17 @@ def decide(buf, tie_high):
     return best, margin
 
 
+@njit(inline="always")
+def _leaf(cell, node, nf, ncut, nl, nr):
+    """The leaf one cell reaches from ``node``."""
+    while nf[node] >= 0:
+        if cell[nf[node]] <= ncut[node]:
+            node = nl[node]
+        else:
+            node = nr[node]
+    return node
+
+
 @njit(**NO_NRT)
 def label_cell(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf):
     """Exact class of one cell and its margin (best score minus runner-up).
@@ -58,12 +69,22 @@ def label_cell(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf)
     for k in range(c):
         buf[k] = cs[k]
     for i in range(n_act):
-        node = start[act[i]]
-        while nf[node] >= 0:
-            if cell[nf[node]] <= ncut[node]:
-                node = nl[node]
-            else:
-                node = nr[node]
+        node = _leaf(cell, start[act[i]], nf, ncut, nl, nr)
+        for k in range(c):
+            buf[k] += nv[node, k]
+    return decide(buf, tie_high)
+
+
+@njit(**NO_NRT)
+def label_cell_leaves(cell, act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high, buf, leaves):
+    """:func:`label_cell` that also records each live tree's leaf: ``leaves[t]`` for ``t``
+    in ``act[:n_act]`` (shape (n_trees,))."""
+    c = cs.shape[0]
+    for k in range(c):
+        buf[k] = cs[k]
+    for i in range(n_act):
+        node = _leaf(cell, start[act[i]], nf, ncut, nl, nr)
+        leaves[act[i]] = node
         for k in range(c):
             buf[k] += nv[node, k]
     return decide(buf, tie_high)
@@ -460,6 +481,7 @@ __all__ = [
     "decide",
     "interval_bound",
     "label_cell",
+    "label_cell_leaves",
     "push_sides",
     "spread_sum",
     "sweep_bound",

@@ -28,7 +28,10 @@ nearer to certifying; otherwise the exact class of its centre cell), and it is
 * otherwise split at the cut of some tree's root-most undecided node, the one whose far
   side gains the most distance over the box (l1, l2; for linf and l0 the far side's own
   distance) weighted by the vote spread of the trees undecided at that same cut, and its
-  children pushed with their distances.
+  children pushed with their distances. Once a round has popped
+  :data:`PROBE_WEIGHTS_AFTER` boxes, a two-class box that was probed weighs each tree
+  instead by how far the sweep's cell lifts it above the worst leaf the bounds count
+  (plus a fifth of its spread): the cut that removes the trees' largest contradiction.
 
 Only entries nearer than the current k-th best are ever touched, so a query pays for the
 part of a mixed region between it and its answer, not for the whole region. Single cells
@@ -62,6 +65,7 @@ from ._bounds import (
     bounds_workspace,
     interval_bound,
     label_cell,
+    label_cell_leaves,
     spread_sum,
     sweep_bound,
     sweep_workspace,
@@ -586,22 +590,23 @@ def _queue_halves(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, 
 
 @njit(**NO_NRT)
 def _split_cut(x, w, norm, coff, clow, cupp, nf, ncut, nv, lo, hi, act, n_act, start, cs, top_n,
-               trange, shared):
+               trange, weight, shared):
     """Move every live tree to its root-most undecided node (trees now constant fold
     into ``cs``) and choose the tree whose node's cut splits the box; returns it, or -1
     when no tree is undecided (one score vector on the whole box, within rounding).
 
     Cut where the far side lies farthest from x (it is then often beyond the k-th best and
     dropped) and where the votes it decides are uncertain: score = the far side's distance
-    gain (below) x the summed spread of every tree whose root-most undecided node is that
-    same cut (random forests repeat cuts; PD 100x5, 2M rectangles: l2 p50 116 -> 35 ms
-    with one tree's spread; summing over trees that share the cut, 2k-rectangle maps:
+    gain (below) x the summed ``weight`` (per tree, shape (n_trees,): its spread
+    ``trange``, or :func:`_probe_weights`) of every tree whose root-most undecided node is
+    that same cut (random forests repeat cuts; PD 100x5, 2M rectangles: l2 p50 116 -> 35
+    ms with one tree's spread; summing over trees that share the cut, 2k-rectangle maps:
     1.41M -> 1.02M boxes popped over 120 queries).
     """
     for i in range(n_act):
         node = top_n[act[i]]
         if nf[node] >= 0:
-            shared[coff[nf[node]] + ncut[node]] += trange[act[i]]
+            shared[coff[nf[node]] + ncut[node]] += weight[act[i]]
     bt = -1
     br = -1.0
     bg = -1.0
@@ -646,7 +651,8 @@ def _split_cut(x, w, norm, coff, clow, cupp, nf, ncut, nv, lo, hi, act, n_act, s
 @njit(**NO_NRT)
 def _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, gcost, xcat, coff,
                  clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, tie_high, tol, lo, hi, a, lb,
-                 amin, act, n_act, start, cs, xcell, pbox_lo, pbox_hi, buf, a0, a1, bound):
+                 amin, act, n_act, start, cs, xcell, pbox_lo, pbox_hi, buf, a0, a1, bound,
+                 pleaf):
     """An upper bound of the answer's distance (k = 1) from a box the sweep bound could
     not rule out: the cell it points to (along each feature it projected trees on, the
     cell where the target class nearest to winning came nearest to it; elsewhere the
@@ -663,7 +669,8 @@ def _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     own distance as the first bound, 77k with 1.1x it). With this probe (after
     :func:`best_first`'s cap) the 200 queries of that benchmark popped 0.92M boxes
     instead of 1.05M, the slowest 111k instead of 130k. Labelling one cell walks the
-    live trees once: a few percent of a box's bounds.
+    live trees once: a few percent of a box's bounds. Each live tree's leaf there is
+    left in ``pleaf`` (shape (n_trees,)) for :func:`_probe_weights`.
     """
     c = lb.shape[0]
     tb = -1
@@ -678,14 +685,45 @@ def _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
             j = min(max(xcell[f], lo[f]), hi[f])
         pbox_lo[0, f] = j
         pbox_hi[0, f] = j
-    b2, marg = label_cell(pbox_lo[0], act, n_act, cs, nf, ncut, nl, nr, nv, start, tie_high,
-                          buf)
+    b2, marg = label_cell_leaves(pbox_lo[0], act, n_act, cs, nf, ncut, nl, nr, nv, start,
+                                 tie_high, buf, pleaf)
     if not tmask[b2] or marg <= tol:
         return bound, -1
     d = rect_dist(0, x, w, norm, cmin, cmax, integral, pbox_lo, pbox_hi, coff, clow, cupp, clcl,
                   cucl, bound, gcol, gstart, gcols, gcost, xcat, a0, a1)
     d = d + d * 1e-12 + 1e-300
     return (d, b2) if d < bound else (bound, -1)
+
+
+#: Once a round has popped this many boxes, a two-class box whose sweep probe labelled a
+#: cell is split by :func:`_probe_weights` rather than by the trees' spreads. Credit RF
+#: 100x5, 200 l1 probe queries: 0.90x the boxes (from the first box: the same); l2 0.84x;
+#: linf 0.96x. From the first box it cost Credit GB 300x4's short searches 1.16x the
+#: boxes (l1) and 1.19x (linf); after 256, 1.01x. Distances identical throughout.
+PROBE_WEIGHTS_AFTER = 256
+#: The share of a tree's spread :func:`_probe_weights` adds to its lift (Credit RF 100x5,
+#: 200 l1 queries: 0 -> 1.08x the boxes of spread weights, 0.15 0.89x, 0.25 0.90x, 0.5
+#: 0.91x, 1 0.94x).
+PROBE_SPREAD_SHARE = 0.2
+
+
+@njit(**NO_NRT)
+def _probe_weights(a, act, n_act, nv, pleaf, tmin, trange, weight):
+    """Per live tree of a two-class box, the weight :func:`_split_cut` sums over a cut
+    (``weight``, shape (n_trees,)): how far the tree's leaf at the probe's cell
+    (``pleaf``, from :func:`_probe_sweep`) lies above its worst reachable leaf, in the
+    margin of ``a`` over the other class, plus :data:`PROBE_SPREAD_SHARE` of its spread.
+
+    The bounds count every tree at its worst leaf, and the sweep's cell is where the
+    target comes nearest to winning; a tree whose leaf there is far above its worst is a
+    contradiction the bounds cannot see, and splitting at its undecided cut removes it.
+    The spread alone weighs every uncertain tree alike."""
+    b = 1 - a
+    for i in range(n_act):
+        t = act[i]
+        node = pleaf[t]
+        weight[t] = (nv[node, a] - nv[node, b] - tmin[t, b]
+                     + PROBE_SPREAD_SHARE * trange[t])
 
 
 @njit(**NO_NRT)
@@ -795,6 +833,8 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     buf = np.empty(c)
     lb = np.empty(c)
     trange = np.empty(T)
+    pleaf = np.empty(T, dtype=np.int32)  # the trees' leaves at the probe's cell
+    pweight = np.empty(T)  # the trees' weights from them (_probe_weights)
     top_n = np.empty(T, dtype=np.int32)
     stack = np.empty(max_depth_nodes, dtype=np.int32)
     mn = np.empty(c)
@@ -838,7 +878,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
             klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo, c_hi, c_lab,
             c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange, top_n, stack,
             mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell, pbox_lo, pbox_hi,
-            polish)
+            polish, pleaf, pweight)
         if code == _OUT_OF_POPS and st[_POPS] < max_pops:
             now = clock()
             if now < deadline:
@@ -921,7 +961,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
                  max_pops, klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo,
                  c_hi, c_lab, c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange,
                  top_n, stack, mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell,
-                 pbox_lo, pbox_hi, polish):
+                 pbox_lo, pbox_hi, polish, pleaf, pweight):
     """The popping loop of :func:`_bounded_search`, compiled without reference counting:
     it allocates nothing, so no array it touches is ever counted (with counting, the
     atomic increments and decrements took about half of the search's time, perf on
@@ -1023,12 +1063,15 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
             continue
         if _hopeless(tmask, lb, a, tol):
             continue
+        probed = False
         if swept and k == 1 and norm != L0:
+            # with two classes and a no target, the probe always labels its cell
+            probed = c == 2 and not tmask[a]
             best[0], b2 = _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart,
                                        gcols, gcost, xcat, coff, clow, cupp, clcl, cucl, nf, ncut,
                                        nl, nr, nv, tie_high, tol, lo, hi, a, lb, sw[6], act,
                                        n_act, start, cs, xcell, pbox_lo, pbox_hi, buf, a0, a1,
-                                       best[0])
+                                       best[0], pleaf)
             if b2 >= 0:  # the nearest target cell seen yet: kept in row 1
                 for f in range(m):
                     pbox_lo[1, f] = pbox_lo[0, f]
@@ -1058,8 +1101,12 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
                                     cs, best[k - 1], a0, a1)
             continue
         # -- split at one live tree's root-most undecided cut
+        weight = trange
+        if probed and pops >= PROBE_WEIGHTS_AFTER:
+            _probe_weights(a, act, n_act, nv, pleaf, tmin, trange, pweight)
+            weight = pweight
         bt = _split_cut(x, w, norm, coff, clow, cupp, nf, ncut, nv, lo, hi, act, n_act, start,
-                        cs, top_n, trange, shared)
+                        cs, top_n, trange, weight, shared)
         if bt < 0:
             n_t = _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d)  # one score vector on the box
             continue
