@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -530,28 +530,32 @@ class SearchBudget:
 
     def exceeded(self, status: int, engine: SearchEngine) -> BudgetExceededError:
         """The error of a search that ended with ``status`` (a ``best_first`` status other
-        than ``COMPLETE``), naming the budget that ran out."""
+        than ``COMPLETE``), naming the budget that ran out. With ``best_found`` the search
+        met no counterfactual to answer with, and the message says so rather than
+        suggest on_budget='best' again."""
         if status == OUT_OF_TIME:
+            what = (f"ran out of its time ({self.max_seconds:g} s, its search budget "
+                    "max_seconds)")
+            fix = ("constraints that narrow the search (bounds, immutable features), or maps "
+                   "built with a larger budget, make it faster")
+        elif status == OUT_OF_MEMORY:
+            what = (f"needed to hold more than {self.max_held(engine):,} boxes of the regions "
+                    "the build left unresolved at once, more than its memory budget "
+                    f"({self.max_memory:,} bytes, max_memory) allows")
+            fix = "rebuild the maps with a larger budget (max_seconds / max_rectangles)"
+        else:
+            what = (f"needed more than {self.max_boxes:,} boxes of the regions the build left "
+                    "unresolved (its search budget, max_boxes)")
+            fix = "rebuild the maps with a larger budget (max_seconds / max_rectangles)"
+        if self.best_found:
             return BudgetExceededError(
-                f"this query's search of the regions the build left unresolved ran out of its "
-                f"time ({self.max_seconds:g} s, its search budget max_seconds) before it could "
-                "prove an answer optimal; constraints that narrow the search (bounds, "
-                "immutable features), or maps built with a larger budget, make it faster, "
-                "and on_budget='best' takes the best counterfactual found in that time"
-            )
-        if status == OUT_OF_MEMORY:
-            return BudgetExceededError(
-                f"this query's search needed to hold more than {self.max_held(engine):,} "
-                f"boxes of the regions the build left unresolved at once, more than its "
-                f"memory budget ({self.max_memory:,} bytes, max_memory) allows; rebuild the "
-                "maps with a larger budget (max_seconds / max_rectangles), or take the best "
-                "counterfactual found within the budget (on_budget='best')"
+                f"this query's search {what} before it met any counterfactual that satisfies "
+                f"the query's constraints, so there is no best found to answer with; a larger "
+                f"budget may find one; {fix}"
             )
         return BudgetExceededError(
-            f"this query needed more than {self.max_boxes:,} boxes of the regions the build "
-            "left unresolved (its search budget, max_boxes); rebuild the maps with a larger "
-            "budget (max_seconds / max_rectangles), or take the best counterfactual found "
-            "within the budget (on_budget='best')"
+            f"this query's search {what} before it could prove an answer optimal; {fix}, and "
+            "on_budget='best' takes the best counterfactual found within the budget"
         )
 
 
@@ -574,6 +578,91 @@ def _first_radius(engine: SearchEngine, opts: QueryOptions) -> float:
     return np.inf
 
 
+#: Weighted per-feature costs whose binary exponents lie within +-_EXACT_EXP are summed
+#: (and, for l2, squared) as they come; beyond, every weight and switching cost is scaled
+#: by one power of two (exact in binary arithmetic) and the distances scaled back
+#: (:func:`kernel_units`).
+_EXACT_EXP = 200
+#: l2 squares every cost: a move about 2**-53 of the largest magnitude of the smallest-
+#: scaled feature must still square to a normal float, so the features' scales may differ
+#: by at most 2**_L2_SPREAD_EXP.
+_L2_SPREAD_EXP = 400
+
+
+def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tuple[QueryOptions, int]:
+    """Options whose weighted costs the kernels can add up without overflow or underflow
+    for the rows of ``A`` (shape (n, m), validated), and the binary exponent ``e`` such
+    that a caller's distance is the kernels' times ``2**e`` (0: the options unchanged).
+
+    A cost is ``w_f |p_f - x_f|``, at most ``w_f`` times twice the largest magnitude of
+    ``x_f`` and of feature f's finite cell bounds, or a group's switching cost. With
+    weights or values far from 1 (1e200, 1e-170), l2's squares overflowed to inf (a
+    counterfactual reported infeasible) or underflowed to 0 (a distance of 0, the wrong
+    point). Scaling every cost by the same power of two changes no comparison and no
+    rounding, so answers stay those of the caller's weights.
+
+    Raises
+    ------
+    InvalidQueryError
+        When the costs exceed float64's range even so (``weights``), or, for l2, when
+        the features' scales differ by more than ``2**400`` (about 1e120): squared, the
+        smaller ones would vanish next to the larger.
+    """
+    g = engine.grid
+    w = opts.weights
+    bounds = np.abs(np.where(np.isfinite(g.cell_lower), g.cell_lower, 0.0))
+    bounds = np.maximum(bounds, np.abs(np.where(np.isfinite(g.cell_upper), g.cell_upper, 0.0)))
+    counts = np.diff(g.cell_offsets)
+    mag = np.zeros(w.shape[0])
+    has = counts > 0
+    mag[has] = np.maximum.reduceat(bounds, g.cell_offsets[:-1][has])
+    mag = np.maximum(mag, np.max(np.abs(A), axis=0))
+    with np.errstate(over="ignore"):
+        span = 2.0 * mag
+    free = ~opts.immutable & (w > 0) & (span > 0)
+    costs = [(w[free], span[free]), (opts.gcost[opts.gcost > 0], None)]
+    exps = []
+    for a, b in costs:
+        if a.size:
+            e = np.frexp(a)[1].astype(np.int64)
+            if b is not None:
+                if not np.all(np.isfinite(b)):
+                    raise InvalidQueryError("feature values beyond +-8.9e307 cannot be measured "
+                                            "in float64", "instance")
+                e = e + np.frexp(b)[1]
+            exps.append(e)
+    if not exps:
+        return opts, 0
+    e_all = np.concatenate(exps)
+    top, low = int(e_all.max()), int(e_all.min())
+    if opts.norm_code == L2 and top - low > _L2_SPREAD_EXP:
+        raise InvalidQueryError(
+            "l2 cannot compare these weighted features: their scales (weight x value) differ "
+            f"by more than 2**{_L2_SPREAD_EXP} (about 1e120), and squared, the smaller costs "
+            "would vanish next to the larger; use l1 or linf, or weights nearer 1/range",
+            "weights")
+    if top > 1000:
+        raise InvalidQueryError("weights x feature values exceed float64's range (about "
+                                "1e301); use smaller weights", "weights")
+    if -_EXACT_EXP <= top <= _EXACT_EXP:
+        return opts, 0
+    return replace(opts, weights=np.ldexp(w, -top), gcost=np.ldexp(opts.gcost, -top),
+                   scale=math.ldexp(opts.scale, -top)), top
+
+
+def _in_callers_units(out: SearchOutput, norm: int, e: int) -> SearchOutput:
+    """``out`` with its distances scaled back by ``2**e`` (see :func:`kernel_units`); l0
+    counts changes, which no scale touches."""
+    if e == 0 or norm == L0:
+        return out
+    for f in out.found:
+        f.distance = math.ldexp(f.distance, e)
+        f.counterfactual_distance = math.ldexp(f.counterfactual_distance, e)
+    if out.lower_bound is not None:
+        out.lower_bound = math.ldexp(out.lower_bound, e)
+    return out
+
+
 # A batch of fewer rows goes through search() row by row: the compiled batch's fixed cost
 # (its arguments' types checked at every call, eleven output arrays, two clock reads) is
 # more than one query's Python (CP RF 100x5 single queries: 150 us through it, 106 us not).
@@ -591,6 +680,15 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
     ``rids`` and ``cats`` are the rows' rectangles and categories, and ``budget`` each row's
     budgets and what a row out of them gets, as for :func:`search`.
     """
+    opts, e = kernel_units(engine, opts, A)
+    return [_in_callers_units(out, opts.norm_code, e)
+            for out in _search_batch(engine, A, t_idx, opts, rids, cats, budget)]
+
+
+def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: QueryOptions,
+                  rids: np.ndarray, cats: np.ndarray,
+                  budget: SearchBudget | None = None) -> list[SearchOutput]:
+    """:func:`search_batch` in the kernels' units."""
     n = A.shape[0]
     budget = budget or SearchBudget()
     if opts.k != 1 or n < _BATCH_MIN_ROWS:

@@ -1,0 +1,84 @@
+"""Weights and feature values far from 1: distances scale with them, exactly.
+
+A weighted distance is homogeneous in the weights, and for float64-rule models in the
+features' units too. l2 squares its costs, so before :func:`maps_core.query.kernel_units`
+weights of 1e200 made every counterfactual "infeasible" (overflow) and 1e-170 gave a
+distance of 0 and the wrong point (underflow).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+
+from maps_core import CounterfactualMaps, InvalidQueryError
+
+NORMS = ["l1", "l2", "linf"]
+SCALES = [1e-200, 1e-170, 1e-160, 1e160, 1e200]
+
+
+@pytest.fixture(scope="module")
+def forest():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    model = RandomForestClassifier(n_estimators=5, max_depth=3, random_state=0).fit(X, y)
+    # a budgeted build too: the mixed-region search runs on the scaled costs as well
+    return X, model, [CounterfactualMaps.build(model), CounterfactualMaps.build(model, max_rectangles=3)]
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("scale", SCALES)
+def test_scaled_weights_scale_the_distance_and_keep_the_point(forest, norm, scale):
+    X, model, all_maps = forest
+    w = np.array([1.0, 2.0, 0.5])
+    for maps in all_maps:
+        for x in X[:4]:
+            t = 1 - int(model.predict(x[None])[0])
+            ref = maps.counterfactual(x, t, norm=norm, weights=w).best
+            got = maps.counterfactual(x, t, norm=norm, weights=w * scale)
+            assert got.feasible and got.best is not None
+            assert got.best.distance == pytest.approx(ref.distance * scale, rel=1e-9)
+            assert got.best.counterfactual_distance == pytest.approx(
+                ref.counterfactual_distance * scale, rel=1e-9)
+            np.testing.assert_array_equal(got.best.x, ref.x)
+            assert model.predict(got.best.x[None])[0] == t
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("scale", [1e-170, 1e160])
+def test_features_in_extreme_units_give_the_scaled_answer(norm, scale):
+    # HistGradientBoosting compares in float64, so its thresholds keep any scale
+    rng = np.random.default_rng(0)
+    X0 = rng.normal(size=(400, 2))
+    y = (X0[:, 0] + X0[:, 1] > 0).astype(int)
+    answers = []
+    for s in (1.0, scale):
+        model = HistGradientBoostingClassifier(max_iter=3, max_depth=2, random_state=0).fit(X0 * s, y)
+        maps = CounterfactualMaps.build(model)
+        x = X0[0] * s
+        t = 1 - int(model.predict(x[None])[0])
+        res = maps.counterfactual(x, t, norm=norm)
+        assert res.feasible and res.best is not None
+        assert model.predict(res.best.x[None])[0] == t
+        answers.append(res.best.distance / s)
+    assert answers[1] == pytest.approx(answers[0], rel=1e-9)
+
+
+def test_l2_refuses_features_whose_scales_differ_beyond_squaring(forest):
+    X, model, all_maps = forest
+    t = 1 - int(model.predict(X[:1])[0])
+    with pytest.raises(InvalidQueryError) as err:
+        all_maps[0].counterfactual(X[0], t, norm="l2", weights=[1.0, 1e-150, 1.0])
+    assert err.value.field == "weights"
+    # l1 adds the costs as they are: the same weights answer
+    assert all_maps[0].counterfactual(X[0], t, norm="l1", weights=[1.0, 1e-150, 1.0]).feasible
+
+
+def test_costs_beyond_float64_are_refused(forest):
+    X, model, all_maps = forest
+    t = 1 - int(model.predict(X[:1])[0])
+    with pytest.raises(InvalidQueryError) as err:
+        all_maps[0].counterfactual(X[0], t, norm="l1", weights=[1e305, 1e305, 1e305])
+    assert err.value.field == "weights"
