@@ -40,6 +40,11 @@ class IncompatibleArtifactError(ArtifactError):
     """Persisted maps were written by an incompatible format version."""
 
 
+class BuildOptionsError(MapsError, ValueError):
+    """A build's options are malformed: a budget that is no positive number, an unknown
+    ``on_budget``."""
+
+
 class InvalidQueryError(MapsError, ValueError):
     """A counterfactual or prediction request is malformed.
 

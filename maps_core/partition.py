@@ -34,6 +34,7 @@ from collections import namedtuple
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -51,7 +52,7 @@ from ._bounds import (
 from ._heap import grow
 from ._memory import rectangles_within
 from .ensemble import FlatEnsemble
-from .exceptions import BudgetExceededError
+from .exceptions import BudgetExceededError, BuildOptionsError
 from .grid import Grid
 
 # Label sentinels of the extraction (class labels are >= 0).
@@ -598,6 +599,20 @@ def _volume(lo: np.ndarray, hi: np.ndarray) -> float:
     return float(np.prod((hi - lo + 1).astype(np.float64)))
 
 
+def _check_budgets(max_rectangles: Any, max_seconds: Any, max_memory: Any, on_budget: Any) -> None:
+    """Refuse a build option that is none of what :func:`extract` documents (``bool`` is no
+    number here: ``True`` rectangles is a typo, not one)."""
+    for name, value in (("max_rectangles", max_rectangles), ("max_memory", max_memory)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Integral)
+                                  or value < 1):
+            raise BuildOptionsError(f"{name} must be a positive integer or None, not {value!r}")
+    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, Real)
+                                    or not float(max_seconds) >= 0):
+        raise BuildOptionsError(f"max_seconds must be a non-negative number or None, not {max_seconds!r}")
+    if on_budget not in ("mixed", "error"):
+        raise BuildOptionsError(f"on_budget must be 'mixed' or 'error', not {on_budget!r}")
+
+
 def extract(
     ens: FlatEnsemble,
     grid: Grid,
@@ -645,8 +660,7 @@ def extract(
     -------
     Partition
     """
-    if on_budget not in ("mixed", "error"):
-        raise ValueError("on_budget must be 'mixed' or 'error'")
+    _check_budgets(max_rectangles, max_seconds, max_memory, on_budget)
     t0 = time.perf_counter()
     kern = Kernel.make(ens, grid)
     m = ens.n_features

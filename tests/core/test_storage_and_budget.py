@@ -10,6 +10,7 @@ from sklearn.ensemble import RandomForestClassifier
 from maps_core import (
     ArtifactNotFoundError,
     BudgetExceededError,
+    BuildOptionsError,
     CorruptArtifactError,
     CounterfactualMaps,
     IncompatibleArtifactError,
@@ -94,6 +95,17 @@ def test_budget_error_mode(built):
     model, _, _ = built
     with pytest.raises(BudgetExceededError, match="rectangle budget"):
         CounterfactualMaps.build(model, max_rectangles=5, on_budget="error")
+
+
+@pytest.mark.parametrize("option", [{"on_budget": "raise"}, {"on_budget": None},
+                                    {"max_rectangles": 0}, {"max_rectangles": -1},
+                                    {"max_rectangles": 2.5}, {"max_rectangles": True},
+                                    {"max_memory": 0}, {"max_seconds": -1.0},
+                                    {"max_seconds": float("nan")}, {"max_seconds": "1"}])
+def test_malformed_build_options_are_refused(built, option):
+    model, _, _ = built
+    with pytest.raises(BuildOptionsError, match=next(iter(option))):
+        CounterfactualMaps.build(model, **option)
 
 
 def test_mixed_regions_keep_answers_exact_and_faithful(built, tmp_path):
@@ -384,3 +396,23 @@ def test_on_budget_must_be_known(budgeted, bad):
     with pytest.raises(InvalidQueryError, match="on_budget") as exc:
         part.counterfactual(X[0], on_budget=bad)
     assert exc.value.field == "on_budget"
+
+
+def test_best_found_that_met_nothing_says_so():
+    """``on_budget="best"`` out of its budget before meeting any counterfactual (l0 makes
+    no first guess; the maps are nearly all mixed) raises, and the message says that
+    nothing was met rather than recommend on_budget='best' again; the same query without
+    the option is told about it."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(2000, 8, n_informative=6, random_state=5)
+    model = RandomForestClassifier(60, max_depth=8, random_state=0).fit(X, y)
+    part = CounterfactualMaps.build(model, max_rectangles=50)
+    query = {"norm": "l0", "max_boxes": 1, "immutable": ["x5", "x6", "x7"]}
+    with pytest.raises(BudgetExceededError) as best:
+        part.counterfactual(X[0], on_budget="best", **query)
+    assert "before it met any counterfactual" in str(best.value)
+    assert "on_budget" not in str(best.value)
+    with pytest.raises(BudgetExceededError) as plain:
+        part.counterfactual(X[0], **query)
+    assert "on_budget='best' takes the best counterfactual" in str(plain.value)
