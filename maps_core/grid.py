@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numba import njit
@@ -138,6 +139,17 @@ class Grid:
     node_cut: np.ndarray
     raw_thresholds: int
     view32: bool = True
+
+    @cached_property
+    def magnitudes(self) -> np.ndarray:
+        """Per feature, the largest magnitude of its finite cell bounds (0 when it has
+        none), shape (n_features,): with ``x``, the scale of the moves a query weighs."""
+        ends = np.maximum(np.abs(np.where(np.isfinite(self.cell_lower), self.cell_lower, 0.0)),
+                          np.abs(np.where(np.isfinite(self.cell_upper), self.cell_upper, 0.0)))
+        out = np.zeros(self.cell_offsets.shape[0] - 1)
+        has = np.diff(self.cell_offsets) > 0
+        out[has] = np.maximum.reduceat(ends, self.cell_offsets[:-1][has])
+        return out
 
     @property
     def n_features(self) -> int:

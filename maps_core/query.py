@@ -589,6 +589,31 @@ _EXACT_EXP = 200
 _L2_SPREAD_EXP = 400
 
 
+@njit(cache=True, nogil=True)
+def _cost_range(w, mag, A, immutable, gcost):
+    """Least and largest cost bound ``w_f * 2 max(mag_f, |A_rf|)`` over the mutable
+    features with a positive weight and span, and the positive switching costs ``gcost``
+    (inf when a product overflows, 0 when it underflows); (-1, -1) when there is none.
+    Compiled: with numpy calls the check took about 50 us in a query's path."""
+    low = np.inf
+    top = -1.0
+    for f in range(w.shape[0]):
+        if immutable[f] or not w[f] > 0:
+            continue
+        big = mag[f]
+        for r in range(A.shape[0]):
+            big = max(big, abs(A[r, f]))
+        if big > 0:
+            cost = w[f] * (2.0 * big)
+            low = min(low, cost)
+            top = max(top, cost)
+    for g in range(gcost.shape[0]):
+        if gcost[g] > 0:
+            low = min(low, gcost[g])
+            top = max(top, gcost[g])
+    return (low, top) if top >= 0 else (-1.0, -1.0)
+
+
 def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tuple[QueryOptions, int]:
     """Options whose weighted costs the kernels can add up without overflow or underflow
     for the rows of ``A`` (shape (n, m), validated), and the binary exponent ``e`` such
@@ -608,46 +633,36 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
         the features' scales differ by more than ``2**400`` (about 1e120): squared, the
         smaller ones would vanish next to the larger.
     """
-    g = engine.grid
     w = opts.weights
-    bounds = np.abs(np.where(np.isfinite(g.cell_lower), g.cell_lower, 0.0))
-    bounds = np.maximum(bounds, np.abs(np.where(np.isfinite(g.cell_upper), g.cell_upper, 0.0)))
-    counts = np.diff(g.cell_offsets)
-    mag = np.zeros(w.shape[0])
-    has = counts > 0
-    mag[has] = np.maximum.reduceat(bounds, g.cell_offsets[:-1][has])
-    mag = np.maximum(mag, np.max(np.abs(A), axis=0))
+    low, top = _cost_range(w, engine.grid.magnitudes, A, opts.immutable, opts.gcost)
+    if top == -1.0:
+        return opts, 0  # nothing costs anything
+    if (2.0 ** -_EXACT_EXP <= low and top <= 2.0 ** _EXACT_EXP
+            and (opts.norm_code != L2 or top / low <= 2.0 ** _L2_SPREAD_EXP)):
+        return opts, 0  # the common case, in a few microseconds
     with np.errstate(over="ignore"):
-        span = 2.0 * mag
+        span = 2.0 * np.maximum(engine.grid.magnitudes, np.abs(A).max(axis=0))
     free = ~opts.immutable & (w > 0) & (span > 0)
-    costs = [(w[free], span[free]), (opts.gcost[opts.gcost > 0], None)]
-    exps = []
-    for a, b in costs:
-        if a.size:
-            e = np.frexp(a)[1].astype(np.int64)
-            if b is not None:
-                if not np.all(np.isfinite(b)):
-                    raise InvalidQueryError("feature values beyond +-8.9e307 cannot be measured "
-                                            "in float64", "instance")
-                e = e + np.frexp(b)[1]
-            exps.append(e)
-    if not exps:
-        return opts, 0
-    e_all = np.concatenate(exps)
-    top, low = int(e_all.max()), int(e_all.min())
-    if opts.norm_code == L2 and top - low > _L2_SPREAD_EXP:
+    if not np.all(np.isfinite(span)):
+        raise InvalidQueryError("feature values beyond +-8.9e307 cannot be measured in float64",
+                                "instance")
+    # exponents, since the products may overflow or underflow where the factors do not
+    e_all = np.concatenate([np.frexp(w[free])[1] + np.frexp(span[free])[1],
+                            np.frexp(opts.gcost[opts.gcost > 0])[1]]).astype(np.int64)
+    e_top, e_low = int(e_all.max()), int(e_all.min())
+    if opts.norm_code == L2 and e_top - e_low > _L2_SPREAD_EXP:
         raise InvalidQueryError(
             "l2 cannot compare these weighted features: their scales (weight x value) differ "
             f"by more than 2**{_L2_SPREAD_EXP} (about 1e120), and squared, the smaller costs "
             "would vanish next to the larger; use l1 or linf, or weights nearer 1/range",
             "weights")
-    if top > 1000:
+    if e_top > 1000:
         raise InvalidQueryError("weights x feature values exceed float64's range (about "
                                 "1e301); use smaller weights", "weights")
-    if -_EXACT_EXP <= top <= _EXACT_EXP:
+    if -_EXACT_EXP <= e_top <= _EXACT_EXP:
         return opts, 0
-    return replace(opts, weights=np.ldexp(w, -top), gcost=np.ldexp(opts.gcost, -top),
-                   scale=math.ldexp(opts.scale, -top)), top
+    return replace(opts, weights=np.ldexp(w, -e_top), gcost=np.ldexp(opts.gcost, -e_top),
+                   scale=math.ldexp(opts.scale, -e_top)), e_top
 
 
 def _in_callers_units(out: SearchOutput, norm: int, e: int) -> SearchOutput:
