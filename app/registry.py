@@ -885,10 +885,13 @@ def _describe(exc: BaseException) -> str:
 
 
 def _stem(filename: str | None) -> str | None:
+    """The display name an upload's file name gives: its stem, without control characters
+    (a NUL or a newline in a name breaks logs and clients), at most 200 characters, as a
+    ``spec.name`` may be."""
     if not filename:
         return None
-    name = Path(filename).name
-    return (name.rsplit(".", 1)[0] or name)[:200] or None
+    name = "".join(ch for ch in Path(filename).name if ch.isprintable())
+    return (name.rsplit(".", 1)[0] or name)[:200].strip() or None
 
 
 def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSchema:

@@ -611,7 +611,9 @@ def _cost_range(w, mag, A, immutable, gcost):
         if gcost[g] > 0:
             low = min(low, gcost[g])
             top = max(top, gcost[g])
-    return (low, top) if top >= 0 else (-1.0, -1.0)
+    if top < 0:
+        low = -1.0
+    return low, top
 
 
 def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tuple[QueryOptions, int]:

@@ -87,6 +87,26 @@ def test_spec_as_file_part_and_name_from_filename(service: Service, rf: Fitted) 
     assert r.json()["classes"] == ["no", "yes"]
 
 
+@pytest.mark.parametrize(("filename", "name"), [
+    ("a\x00b\nc.skops", "abc"),  # control characters dropped
+    ("x" * 300 + ".skops", "x" * 200),  # capped like spec.name
+    ("\x01\x02", None),  # nothing printable left: no name
+    ("dir/credit.v2.skops", "credit.v2"),
+])
+def test_a_name_from_a_filename_is_printable_and_capped(filename: str, name: str | None) -> None:
+    # httpx percent-encodes control characters in a part's file name; other clients send
+    # them raw, so the name is checked where it is made
+    from app.registry import _stem
+
+    assert _stem(filename) == name
+
+
+def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf: Fitted) -> None:
+    r = upload(service.client, rf.skops, filename="x" * 300 + ".skops")
+    assert r.status_code == 202, r.text
+    assert r.json()["name"] == "x" * 200
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
