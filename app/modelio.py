@@ -10,8 +10,9 @@ Formats are recognised by their first bytes, never by the file name:
   by ``joblib.dump(..., compress=...)``): loading runs arbitrary code, so these are loaded
   only when the operator sets ``CFMAPS_TRUST_PICKLE=true``; otherwise the refusal explains
   how to export with skops.
-* **XGBoost model** (JSON ``{"learner": ...`` or UBJSON, what ``save_model`` writes):
-  parsed by :func:`maps_core.adapters.xgboost_json.parse_xgboost`, never handed to XGBoost.
+* **XGBoost model** (JSON ``{"learner": ...``, also pretty-printed or after a UTF-8 byte
+  order mark, or UBJSON, what ``save_model`` writes): parsed by
+  :func:`maps_core.adapters.xgboost_json.parse_xgboost`, never handed to XGBoost.
 * **LightGBM text model** (``tree\nversion=...``, what ``save_model`` /
   ``model_to_string`` writes): parsed by :func:`maps_core.adapters.lightgbm_text.parse_lightgbm`,
   never handed to LightGBM.
@@ -40,7 +41,7 @@ import skops.io as sio
 
 from maps_core.adapters import check_model
 from maps_core.adapters.lightgbm_text import parse_lightgbm
-from maps_core.adapters.xgboost_json import parse_xgboost
+from maps_core.adapters.xgboost_json import is_json, parse_xgboost
 from maps_core.exceptions import UnsupportedModelError
 
 from .errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError
@@ -103,9 +104,12 @@ def _read_pickle(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None)
 
 
 def _is_xgboost(head: bytes) -> bool:
-    # JSON: {"learner": ...; UBJSON: '{' then the length-prefixed key 'learner' (or a
-    # '$'/'#' container header first)
-    return head.startswith(b'{"learner"') or (head[:1] == b"{" and b"learner" in head[:24])
+    # JSON, compact or pretty-printed, maybe after a byte order mark: an object naming
+    # "learner" (XGBoost writes it first); UBJSON: '{' then the length-prefixed key
+    # 'learner' (or a '$'/'#' container header first)
+    if is_json(head):
+        return b'"learner"' in head
+    return head[:1] == b"{" and b"learner" in head[:24]
 
 
 def _read_xgboost(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None) -> Any:
@@ -157,8 +161,13 @@ READERS: tuple[Reader, ...] = (
 FILE_NAMES: dict[str, str] = {r.format: r.file_name for r in READERS}
 
 
+#: How many first bytes :func:`sniff` reads: room for a pretty-printed JSON's indentation.
+SNIFF_BYTES = 256
+
+
 def detect_format(head: bytes) -> ModelFormat | None:
-    """Format of a model file from its first bytes (up to 64), or None when unknown."""
+    """Format of a model file from its first bytes (up to :data:`SNIFF_BYTES`), or None
+    when unknown."""
     for reader in READERS:
         if reader.detect(head):
             return reader.format
@@ -168,7 +177,7 @@ def detect_format(head: bytes) -> ModelFormat | None:
 def sniff(path: Path) -> ModelFormat:
     """Format of the file at ``path``; raises :class:`InvalidInputError` when unknown."""
     with open(path, "rb") as fh:
-        head = fh.read(64)
+        head = fh.read(SNIFF_BYTES)
     if not head:
         raise InvalidInputError("the model file is empty", "model")
     fmt = detect_format(head)

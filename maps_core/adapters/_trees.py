@@ -1,5 +1,18 @@
 """Trees appended one by one into the node arrays of a :class:`FlatEnsemble`: what every
-adapter does once it has read a library's trees."""
+adapter does once it has read a library's trees, and the size limits every adapter
+enforces before it allocates anything in proportion to a model's claims.
+
+Size limits. A model file is small, but what it claims is not bounded by its size: an
+XGBoost file states ``num_feature`` and ``num_class`` as plain numbers, and the flat
+ensemble holds a dense ``(n_nodes, n_classes)`` value matrix, so a few kilobytes could make
+the service build a schema of a billion features or a matrix of many gigabytes. No model
+cfmaps can build maps for comes near these limits:
+
+* :data:`MAX_FEATURES` input features (100,000);
+* :data:`MAX_CLASSES` classes (10,000);
+* :data:`MAX_NODE_VALUES` entries in the flat value matrix, nodes times classes (2**25,
+  256 MiB of float64), which also bounds the trees times classes of a multiclass file.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +23,93 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 
-__all__ = ["TreeStack"]
+__all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "TreeStack", "check_size",
+           "skip_always_left"]
+
+#: Most input features a model may have (see the module docs).
+MAX_FEATURES = 100_000
+#: Most classes a model may have (see the module docs).
+MAX_CLASSES = 10_000
+#: Most entries (nodes times classes) of the flat ensemble's value matrix.
+MAX_NODE_VALUES = 2**25
+
+
+def check_size(what: str, *, n_features: int | None = None, n_classes: int | None = None,
+               n_nodes: int | None = None) -> None:
+    """Refuse a model beyond the size limits (see the module docs), before anything is
+    allocated in proportion to its claims.
+
+    Parameters
+    ----------
+    what : str
+        The model, as error messages name it (``"XGBoost model file"``).
+    n_features, n_classes : int, optional
+        What the model claims.
+    n_nodes : int, optional
+        Nodes of all its trees together (with ``n_classes``: the flat value matrix's rows).
+
+    Raises
+    ------
+    UnsupportedModelError
+        Naming the claim and the limit.
+    """
+    if n_features is not None and not 0 <= n_features <= MAX_FEATURES:
+        raise UnsupportedModelError(
+            f"{what}: {n_features} features; cfmaps supports 0 to {MAX_FEATURES:,}")
+    if n_classes is not None and not 0 <= n_classes <= MAX_CLASSES:
+        raise UnsupportedModelError(
+            f"{what}: {n_classes} classes; cfmaps supports at most {MAX_CLASSES:,}")
+    if n_nodes is not None and n_classes is not None and n_nodes * n_classes > MAX_NODE_VALUES:
+        raise UnsupportedModelError(
+            f"{what}: {n_nodes} tree nodes times {n_classes} classes is more than the "
+            f"{MAX_NODE_VALUES:,} node values cfmaps holds")
+
+
+def skip_always_left(left: np.ndarray, right: np.ndarray,
+                     always_left: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A tree without the internal nodes that send every input left, each replaced by its
+    left child (their right subtrees are unreachable and dropped).
+
+    scikit-learn stores such a node for a split that sends the missing values, and only
+    them, right: its threshold is +inf, and every finite input (even one whose float32 is
+    +inf) satisfies ``x <= inf``. Replacing the threshold by a finite one would change the
+    decision for huge inputs; dropping the node changes nothing.
+
+    Parameters
+    ----------
+    left, right : ndarray of shape (n_nodes,)
+        Children within the tree, negative at leaves; node 0 is the root and children
+        follow their parent (checked by the caller).
+    always_left : ndarray of bool, shape (n_nodes,)
+        The internal nodes to skip.
+
+    Returns
+    -------
+    keep : ndarray of int
+        Old index of each node of the new tree, in its order (index any node array with it).
+    new_left, new_right : ndarray of int
+        Children in the new numbering (root 0, children after their parent), -1 at leaves.
+    """
+    def resolve(i: int) -> int:
+        while always_left[i]:  # terminates: children come after their parent
+            i = int(left[i])
+        return i
+
+    keep = [resolve(0)]
+    new_left: list[int] = []
+    new_right: list[int] = []
+    # breadth first: a node's children get numbers after its own, as TreeStack needs
+    for i in keep:
+        if left[i] < 0:
+            new_left.append(-1)
+            new_right.append(-1)
+            continue
+        new_left.append(len(keep))
+        keep.append(resolve(int(left[i])))
+        new_right.append(len(keep))
+        keep.append(resolve(int(right[i])))
+    return (np.array(keep, dtype=np.int64), np.array(new_left, dtype=np.int64),
+            np.array(new_right, dtype=np.int64))
 
 
 class TreeStack:

@@ -22,6 +22,10 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   in queries, so the default direction never matters, except for the *zero* type, where
   0.0 itself is routed by it: such models (``zero_as_missing=True``) are refused, as are
   categorical splits and linear trees.
+* ``sigmoid`` (binary, multiclassova) must be a positive finite number, as LightGBM itself
+  requires when it loads a file; models beyond the size limits of
+  :mod:`maps_core.adapters._trees` (features, classes, nodes times classes) are refused
+  before anything is allocated for them.
 
 The decision is ``LGBMClassifier.predict``'s: the argmax of the class probabilities, which
 for a binary model is class 1 iff ``sigmoid(raw) > 0.5`` (class 0 at exactly 0.5), and for
@@ -34,6 +38,7 @@ to decide.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +47,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT64_LE
-from ._trees import TreeStack
+from ._trees import TreeStack, check_size
 
 __all__ = ["K_ZERO", "LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "effective_thresholds",
            "lightgbm_view", "parse_lightgbm"]
@@ -174,8 +179,9 @@ def _array(fields: dict[str, str], key: str, dtype: Any, n: int, where: str) -> 
         raise UnsupportedModelError(f"LightGBM model file: {where} has no '{key}'")
     try:
         a = np.array(text.split(), dtype=dtype) if text else np.zeros(0, dtype=dtype)
-    except ValueError:
-        raise UnsupportedModelError(f"LightGBM model file: {where}: '{key}' is not numeric") from None
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond int64
+        raise UnsupportedModelError(
+            f"LightGBM model file: {where}: '{key}' is not numeric or out of range") from None
     if a.shape[0] != n:
         raise UnsupportedModelError(
             f"LightGBM model file: {where}: '{key}' has {a.shape[0]} values, expected {n}")
@@ -211,6 +217,14 @@ def parse_lightgbm(text: str) -> LightGBMModel:
         sigmoid = float(params.get("sigmoid", "1"))
     except (KeyError, ValueError) as exc:
         raise UnsupportedModelError(f"LightGBM model file: malformed header ({exc})") from None
+    if objective[0] != "multiclass" and not (math.isfinite(sigmoid) and sigmoid > 0):
+        # LightGBM refuses it too; a negative one would swap the classes, zero or NaN
+        # make every probability 0.5 or NaN
+        raise UnsupportedModelError(
+            f"LightGBM model file: sigmoid {params.get('sigmoid')!r} is not a positive finite number")
+    n_classes = 2 if objective[0] == "binary" else num_class
+    # before the feature names are split and the trees parsed for what the file claims
+    check_size("LightGBM model file", n_features=n_features, n_classes=n_classes)
     if "[boosting: dart]" in text or "\nboosting=dart" in head:
         raise UnsupportedModelError("LightGBM dart models are not supported")
     if "[linear_tree: 1]" in text:
@@ -219,7 +233,6 @@ def parse_lightgbm(text: str) -> LightGBMModel:
     if len(names) != n_features:
         raise UnsupportedModelError(
             f"LightGBM model file: {len(names)} feature names for {n_features} features")
-    n_classes = 2 if objective[0] == "binary" else num_class
     if (objective[0] == "binary" and per_iter != 1) or (objective[0] != "binary" and per_iter != num_class):
         raise UnsupportedModelError(
             f"LightGBM model file: {per_iter} trees per iteration for {n_classes} classes")
@@ -254,10 +267,17 @@ def parse_lightgbm(text: str) -> LightGBMModel:
     if not trees or len(trees) % per_iter:
         raise UnsupportedModelError(
             f"LightGBM model file: {len(trees)} trees, not a multiple of {per_iter} per iteration")
+    # refused here, at upload, rather than when flatten() allocates the value matrix
+    check_size("LightGBM model file", n_classes=n_classes, n_nodes=_n_nodes(trees))
     return LightGBMModel(n_classes=n_classes, n_features_in_=n_features, feature_names=names,
                          objective=objective[0], sigmoid=sigmoid,
                          average_output="average_output" in hf, n_tree_per_iteration=per_iter,
                          trees=trees)
+
+
+def _n_nodes(trees: list[_Tree]) -> int:
+    """Nodes of the trees in the flat ensemble: internal nodes plus leaves."""
+    return sum(t.split_feature.size + t.leaf_value.size for t in trees)
 
 
 def _check_tree(t: _Tree, n_features: int, where: str) -> None:
@@ -291,6 +311,8 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
     k = model.n_tree_per_iteration
     binary = model.objective == "binary"
     n_classes = model.n_classes
+    check_size("LightGBM model", n_features=model.n_features_in_, n_classes=n_classes,
+               n_nodes=_n_nodes(model.trees))
     scale = 1.0 / (len(model.trees) // k) if model.average_output else 1.0
     trees = TreeStack()
     for i, t in enumerate(model.trees):

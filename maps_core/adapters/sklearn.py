@@ -9,6 +9,14 @@ boosting compares the raw float64 input, ``x <= t`` (split rule ``float64<=``), 
 class 1 iff ``expit(raw) > 0.5`` (the argmax of ``[1 - p, p]``: class 0 at a raw score of
 0), or the argmax of the raw scores. Its categorical splits are refused; a NaN input
 would follow each node's ``missing_go_to_left``, but cfmaps refuses NaN in queries.
+
+Models fitted on data with missing values: a split that sends the missing values, and
+only them, right is stored with the threshold +inf (the trees' ``missing_go_to_left`` is
+False there; histogram gradient boosting does the same for a split on its missing-value
+bin). Every finite input goes left at such a node (``x <= inf``, also when ``float32(x)``
+overflows to +inf), so the adapter replaces the node by its left child
+(:func:`~maps_core.adapters._trees.skip_always_left`); a threshold of -inf or NaN is
+refused as malformed.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LE, FLOAT64_LE
-from ._trees import TreeStack
+from ._trees import TreeStack, check_size, skip_always_left
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
@@ -64,7 +72,8 @@ def tree_problem(tree: Any, n_features: Any) -> str | None:
     runs: array lengths equal ``node_count``; a node is a leaf on both sides or on
     neither; children lie in range and *after* their parent (as scikit-learn numbers
     them, which also excludes cycles), and every node but the root has exactly one
-    parent; split features lie in ``[0, n_features)``; thresholds and values are finite.
+    parent; split features lie in ``[0, n_features)``; values are finite, thresholds
+    finite or +inf (a split that sends only missing values right, see the module docs).
     """
     try:
         n = int(tree.node_count)
@@ -93,9 +102,14 @@ def tree_problem(tree: Any, n_features: Any) -> str | None:
         isinstance(n_features, int | np.integer) and np.any(feat[idx] >= n_features)
     ):
         return "split feature out of range"
-    if not (np.all(np.isfinite(thr[idx])) and np.all(np.isfinite(value))):
-        return "a non-finite threshold or leaf value"
+    if not (np.all(_usable_thresholds(thr[idx])) and np.all(np.isfinite(value))):
+        return "a threshold of -inf or NaN, or a non-finite leaf value"
     return None
+
+
+def _usable_thresholds(t: np.ndarray) -> np.ndarray:
+    """Finite, or +inf (the node sends every finite input left, see the module docs)."""
+    return np.isfinite(t) | (t == np.inf)
 
 
 def _estimators(model: Any) -> list[Any]:
@@ -142,8 +156,9 @@ def hist_tree_problem(nodes: Any, n_features: Any) -> str | None:
     feats = nodes["feature_idx"][inner]
     if n_features is not None and feats.size and (feats.min() < 0 or feats.max() >= int(n_features)):
         return "a split feature out of range"
-    if not (np.all(np.isfinite(nodes["num_threshold"][inner])) and np.all(np.isfinite(nodes["value"][leaf]))):
-        return "a non-finite threshold or leaf value"
+    if not (np.all(_usable_thresholds(nodes["num_threshold"][inner]))
+            and np.all(np.isfinite(nodes["value"][leaf]))):
+        return "a threshold of -inf or NaN, or a non-finite leaf value"
     return None
 
 
@@ -173,7 +188,29 @@ def _append_tree(tree: Any, values: np.ndarray, trees: TreeStack, n_features: in
     problem = tree_problem(tree, n_features)
     if problem:
         raise UnsupportedModelError(f"a tree of the model is malformed: {problem}")
-    trees.add(tree.feature, tree.threshold, tree.children_left, tree.children_right, values)
+    _add_skipping_inf(trees, np.asarray(tree.feature), np.asarray(tree.threshold, dtype=np.float64),
+                      np.asarray(tree.children_left, dtype=np.int64),
+                      np.asarray(tree.children_right, dtype=np.int64), values)
+
+
+def _add_skipping_inf(trees: TreeStack, feature: np.ndarray, threshold: np.ndarray,
+                      left: np.ndarray, right: np.ndarray, values: np.ndarray) -> None:
+    """Add a checked tree, each internal node of threshold +inf replaced by its left child
+    (every finite input goes left there; see the module docs)."""
+    always_left = (left >= 0) & (threshold == np.inf)
+    if np.any(always_left):
+        keep, left, right = skip_always_left(left, right, always_left)
+        feature, threshold, values = feature[keep], threshold[keep], values[keep]
+    trees.add(feature, threshold, left, right, values)
+
+
+def _n_nodes(obj: Any, attr: str) -> int:
+    """A tree's node count for the size limits, 0 when unreadable: the tree's own check
+    (:func:`tree_problem`, :func:`hist_tree_problem`) then names the problem."""
+    try:
+        return max(int(getattr(obj, attr)), 0)
+    except Exception:  # a crafted or missing attribute of any kind
+        return 0
 
 
 def _proba_values(tree: Any) -> np.ndarray:
@@ -205,11 +242,15 @@ def flatten(model: Any) -> FlatEnsemble:
         For any other object, an unfitted model, or a multi-output model.
     """
     kind = _check(model)
+    check_size(f"the {kind}", n_features=int(model.n_features_in_),
+               n_classes=int(np.asarray(model.classes_).size))
     if kind in _HIST:
         return _flatten_hist(model)
     m = int(model.n_features_in_)
     classes = [_py(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
+    check_size(f"the {kind}", n_classes=n_classes,
+               n_nodes=sum(_n_nodes(getattr(e, "tree_", None), "node_count") for e in _estimators(model)))
     acc = TreeStack()
     base = np.zeros(n_classes, dtype=np.float64)
     tie_break = "low"
@@ -269,6 +310,8 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
             "HistGradientBoostingClassifier with categorical features is not supported; "
             "one-hot encode the categories and declare them as a group in the spec")
     baseline = np.asarray(model._baseline_prediction, dtype=np.float64).ravel()
+    check_size("the HistGradientBoostingClassifier", n_classes=n_classes,
+               n_nodes=sum(_n_nodes(getattr(p, "nodes", None), "size") for _, p in _hist_predictors(model)))
     trees = TreeStack()
     for k, pred in _hist_predictors(model):
         nodes = pred.nodes
@@ -280,7 +323,8 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
         value[leaf, 1 if binary else k] = nodes["value"][leaf]
         left = np.where(leaf, -1, nodes["left"].astype(np.int64))  # uint32 in scikit-learn
         right = np.where(leaf, -1, nodes["right"].astype(np.int64))
-        trees.add(nodes["feature_idx"], nodes["num_threshold"], left, right, value)
+        _add_skipping_inf(trees, np.asarray(nodes["feature_idx"]),
+                          np.asarray(nodes["num_threshold"], dtype=np.float64), left, right, value)
     base = np.zeros(n_classes)
     if binary:
         base[1] = baseline[0]

@@ -12,6 +12,11 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   (the margin it adds is ``-log(1/p - 1)``), as a margin for the multiclass objectives;
   a scalar or one value per class (``"[5E-1]"``);
 * ``gradient_booster.model.tree_info``: the class each tree adds to;
+* ``learner.attributes.best_iteration`` (written by early stopping): ``XGBClassifier.predict``
+  then uses only boosting rounds ``0..best_iteration``, so only their trees are read. A
+  round is the trees between two entries of ``gradient_booster.model.iteration_indptr``
+  (files of XGBoost < 2 have none: a round is then ``n_groups * num_parallel_tree``
+  trees); ``best_iteration = -1`` means every round, as in XGBoost;
 * every tree's ``split_conditions`` hold the float32 thresholds of its internal nodes and
   the leaf values of its leaves (``left_children == -1``); a split sends ``x`` left iff
   ``float32(x) < threshold`` (split rule ``float32<``); ``default_left`` routes missing
@@ -22,7 +27,14 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   :meth:`XGBoostModel.predict`, which repeats XGBoost's float32 arithmetic.
 
 Refused, naming the reason: ``dart`` and ``gblinear`` boosters, regression, ranking and
-other objectives, categorical splits (``enable_categorical``), multi-target models.
+other objectives, categorical splits (``enable_categorical``), multi-target models and
+multi-output trees (``multi_strategy="multi_output_tree"``, vector leaves), and models beyond
+the size limits of :mod:`maps_core.adapters._trees` (features, classes, nodes times classes),
+which are checked before anything is allocated for them.
+
+The file is JSON when its first byte other than a UTF-8 byte order mark and JSON
+whitespace is ``{`` followed, after optional whitespace, by ``"`` or ``}``; otherwise it is
+read as UBJSON, whose ``{`` is followed by a key's length marker.
 """
 
 from __future__ import annotations
@@ -38,9 +50,9 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LT
-from ._trees import TreeStack
+from ._trees import TreeStack, check_size
 
-__all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "parse_xgboost"]
+__all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "is_json", "parse_xgboost"]
 
 _OBJECTIVES = ("binary:logistic", "multi:softprob", "multi:softmax")
 
@@ -155,9 +167,19 @@ def _ubjson(data: bytes) -> Any:
             raise UnsupportedModelError(f"XGBoost UBJSON: unknown type marker {marker!r}")
         return struct.unpack(fmt, need(struct.calcsize(fmt)))[0]
 
+    def length() -> int:
+        # a string's length or a container's count: an integer marker, never negative
+        # (need() of a negative size would move backwards and could loop)
+        marker = need(1)
+        if marker not in (b"i", b"U", b"I", b"l", b"L"):
+            raise UnsupportedModelError(f"XGBoost UBJSON: a length of type {marker!r}")
+        n = int(number(marker))
+        if n < 0:
+            raise UnsupportedModelError(f"XGBoost UBJSON: a negative length {n}")
+        return n
+
     def string() -> str:
-        n = number(need(1))
-        return need(int(n)).decode("utf-8")
+        return need(length()).decode("utf-8")
 
     def value(marker: bytes) -> Any:
         if marker in fixed:
@@ -182,7 +204,14 @@ def _ubjson(data: bytes) -> Any:
             typ = need(1)
         if data[pos:pos + 1] == b"#":
             pos += 1
-            count = int(number(need(1)))
+            count = length()
+            # Every element reads at least one byte, except in an array typed Z, T or F,
+            # which reads none: a 20-byte file could declare 2**62 of them. No file holds
+            # more elements than the bytes left, so a count beyond them is refused.
+            if count > len(data) - pos:
+                raise UnsupportedModelError(
+                    f"XGBoost UBJSON model file is truncated or malformed: a container of {count} "
+                    f"elements in {len(data) - pos} bytes")
         if open_ == b"[":
             if typ is not None and count is not None and typ in fixed:
                 fmt = fixed[typ]
@@ -212,6 +241,24 @@ def _ubjson(data: bytes) -> Any:
     return container(b"{")
 
 
+_JSON_SPACE = b" \t\n\r"
+
+
+def is_json(data: bytes) -> bool:
+    """Whether an XGBoost model file (or its first bytes) is JSON rather than UBJSON.
+
+    Both start with ``{`` (JSON after an optional UTF-8 byte order mark and whitespace);
+    in JSON the next character other than whitespace is ``"`` (a key) or ``}``, in UBJSON
+    the next byte is a key's length marker (``i``, ``U``...) or a container header
+    (``$``, ``#``). An empty UBJSON object ``{}`` reads the same either way.
+    """
+    text = data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+    text = text.lstrip(_JSON_SPACE)
+    if text[:1] != b"{":
+        return False
+    return text[1:].lstrip(_JSON_SPACE)[:1] in (b'"', b"}")
+
+
 def _base_score(text: Any) -> np.ndarray:
     if isinstance(text, int | float):
         return np.array([text], dtype=np.float32)
@@ -239,16 +286,31 @@ def parse_xgboost(data: bytes) -> XGBoostModel:
         docs), naming what is wrong.
     """
     try:
-        doc = json.loads(data) if data.lstrip()[:2] == b'{"' else _ubjson(data)
+        doc = json.loads(data) if is_json(data) else _ubjson(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UnsupportedModelError(f"XGBoost JSON model file is truncated or malformed: {exc}") from None
+    except RecursionError:  # arrays nested thousands deep: no model file is
+        raise UnsupportedModelError("XGBoost model file: nested too deeply") from None
+    try:
+        return _model(doc)
+    except (OverflowError, RecursionError) as exc:
+        # an integer beyond int64 where the file should hold an index, or a number beyond
+        # float64: a malformed file like any other (never an unhandled error)
+        raise UnsupportedModelError(f"XGBoost model file: a number out of range ({exc})") from None
+
+
+def _model(doc: Any) -> XGBoostModel:
+    """The model a decoded XGBoost file describes (see :func:`parse_xgboost`)."""
     try:
         learner = doc["learner"]
         booster = learner["gradient_booster"]
         objective = learner["objective"]["name"]
         param = learner["learner_model_param"]
-    except (KeyError, TypeError):
+        attributes = learner.get("attributes") or {}
+    except (KeyError, TypeError, AttributeError):
         raise UnsupportedModelError("XGBoost model file: no learner, booster or objective") from None
+    if not all(isinstance(d, dict) for d in (booster, param, attributes)):
+        raise UnsupportedModelError("XGBoost model file: malformed learner")
     if booster.get("name") != "gbtree":
         raise UnsupportedModelError(
             f"XGBoost booster {booster.get('name')!r} is not supported (only gbtree: dart and "
@@ -264,20 +326,37 @@ def parse_xgboost(data: bytes) -> XGBoostModel:
         model = booster["model"]
         tree_docs = model["trees"]
         tree_info = [int(g) for g in model["tree_info"]]
-    except (KeyError, TypeError, ValueError):
+        per_round = int(model.get("gbtree_model_param", {}).get("num_parallel_tree", 1))
+        indptr_doc = model.get("iteration_indptr")
+        indptr = None if indptr_doc is None else [int(i) for i in indptr_doc]
+        best_doc = attributes.get("best_iteration")
+        best = None if best_doc is None else int(str(best_doc))  # as XGBoost's Python reads it
+        leaf_sizes = [int(t.get("tree_param", {}).get("size_leaf_vector", 1)) for t in tree_docs]
+    except (KeyError, TypeError, ValueError, AttributeError):
         raise UnsupportedModelError("XGBoost model file: malformed model parameters") from None
     if num_target != 1:
         raise UnsupportedModelError("XGBoost multi-target models are not supported")
+    if any(s > 1 for s in leaf_sizes):
+        raise UnsupportedModelError(
+            "XGBoost multi-output trees (multi_strategy='multi_output_tree', one leaf vector "
+            "for all classes) are not supported; train with the default "
+            "multi_strategy='one_output_per_tree'")
     binary = objective == "binary:logistic"
     n_classes = 2 if binary else num_class
     n_groups = 1 if binary else num_class
     if n_classes < 2 or len(tree_info) != len(tree_docs):
         raise UnsupportedModelError("XGBoost model file: inconsistent classes or tree_info")
+    # before the base scores, feature names and schema are built for what the file claims
+    check_size("XGBoost model file", n_features=n_features, n_classes=n_classes)
+    n_used = _trees_used(len(tree_docs), indptr, n_groups * per_round, best)
+    tree_docs, tree_info = tree_docs[:n_used], tree_info[:n_used]
     base = _base_score(param.get("base_score", "0.5"))
     if base.size == 1:
         base = np.repeat(base, n_groups)
     if base.size != n_groups:
         raise UnsupportedModelError(f"XGBoost model file: {base.size} base scores for {n_groups} groups")
+    if not np.all(np.isfinite(base)):
+        raise UnsupportedModelError(f"XGBoost model file: a non-finite base_score {base.tolist()}")
     if binary:
         if not 0.0 < float(base[0]) < 1.0:
             raise UnsupportedModelError(f"XGBoost model file: base_score {base[0]} is no probability")
@@ -290,9 +369,38 @@ def parse_xgboost(data: bytes) -> XGBoostModel:
              for i, (t, g) in enumerate(zip(tree_docs, tree_info, strict=True))]
     if not trees:
         raise UnsupportedModelError("XGBoost model file: no trees")
+    # refused here, at upload, rather than when flatten() allocates the value matrix
+    check_size("XGBoost model file", n_classes=n_classes, n_nodes=sum(t.left.size for t in trees))
     return XGBoostModel(n_classes=n_classes, n_features_in_=n_features,
                         feature_names=[str(n) for n in names] if names else None,
                         objective=objective, base_margin=base.astype(np.float32), trees=trees)
+
+
+def _trees_used(n_trees: int, indptr: list[int] | None, per_round: int, best: int | None) -> int:
+    """How many trees (the first ones) ``XGBClassifier.predict`` uses: all, or those of
+    rounds ``0..best`` when early stopping stored ``best_iteration`` (see the module docs).
+
+    Raises
+    ------
+    UnsupportedModelError
+        When the round layout disagrees with the trees, or ``best`` names a round the
+        file does not have (XGBoost's own predict fails on such a file).
+    """
+    if indptr is None:  # XGBoost < 2: every round has the same trees
+        if per_round < 1 or n_trees % per_round:
+            raise UnsupportedModelError(
+                f"XGBoost model file: {n_trees} trees are not rounds of {per_round}")
+        indptr = list(range(0, n_trees + 1, per_round))
+    elif (not indptr or indptr[0] != 0 or indptr[-1] != n_trees
+          or any(b < a for a, b in zip(indptr, indptr[1:], strict=False))):
+        raise UnsupportedModelError("XGBoost model file: iteration_indptr disagrees with the trees")
+    rounds = len(indptr) - 1
+    if best is None or best == -1:  # XGBoost: iteration_range (0, 0) is every round
+        return n_trees
+    if not 0 <= best < rounds:
+        raise UnsupportedModelError(
+            f"XGBoost model file: best_iteration {best} is not one of its {rounds} rounds")
+    return indptr[best + 1]
 
 
 def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: int) -> _Tree:
@@ -303,7 +411,7 @@ def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: in
         feature = np.asarray(doc["split_indices"], dtype=np.int64)
         value = np.asarray(doc["split_conditions"], dtype=np.float64).astype(np.float32)
         split_type = np.asarray(doc.get("split_type", []), dtype=np.int64)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         raise UnsupportedModelError(f"XGBoost model file: malformed {where}") from None
     if np.any(split_type != 0) or doc.get("categories_nodes"):
         raise UnsupportedModelError(
@@ -337,6 +445,8 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
     """The flat ensemble of a parsed XGBoost classifier (see the module docs)."""
     binary = model.objective == "binary:logistic"
     k = model.n_classes
+    check_size("XGBoost model", n_features=model.n_features_in_, n_classes=k,
+               n_nodes=sum(t.left.size for t in model.trees))
     trees = TreeStack()
     for t in model.trees:
         inner = t.left >= 0

@@ -176,3 +176,72 @@ def test_crafted_trees_are_refused(
     r = upload(service.client, data)
     assert r.status_code == 422 and r.json()["field"] == "model"
     assert "malformed tree" in r.json()["message"]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b'{\n  "learner": {', b'\n\t {"learner": {', b'\xef\xbb\xbf{"learner": {',
+     b"\xef\xbb\xbf\r\n" + b" " * 100 + b'{\n' + b" " * 100 + b'"learner": {',
+     b"{U\x07learner{", b"{L\x00\x00\x00\x00\x00\x00\x00\x07learner{"],
+)
+def test_xgboost_json_is_detected_pretty_printed_too(head: bytes) -> None:
+    assert detect_format(head) == "xgboost"
+
+
+def _xgboost_json(tmp_path: Path) -> dict:
+    import json
+
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 3))
+    clf = xgb.XGBClassifier(n_estimators=3, max_depth=2, random_state=0)
+    clf.fit(X, (X[:, 0] > 0).astype(int)).save_model(tmp_path / "m.json")
+    return json.loads((tmp_path / "m.json").read_bytes())
+
+
+def test_pretty_printed_xgboost_json_loads(tmp_path: Path) -> None:
+    import json
+
+    doc = _xgboost_json(tmp_path)
+    X = np.random.default_rng(1).normal(size=(300, 3))
+    want = load_model_file(_write(tmp_path, json.dumps(doc).encode()), trust_pickle=False)[0].predict(X)
+    for blob in (b"\n" + json.dumps(doc, indent=2).encode(),
+                 b"\xef\xbb\xbf" + json.dumps(doc, indent=4).encode()):
+        model, fmt = load_model_file(_write(tmp_path, blob), trust_pickle=False)
+        assert fmt == "xgboost" and np.array_equal(model.predict(X), want)
+
+
+def test_hostile_native_files_are_bad_input_not_500(tmp_path: Path, service: Service) -> None:
+    """Integers beyond int64 and tiny files that claim huge containers, features or
+    classes: the adapters' malformed-model error (422 naming ``model``), at once."""
+    import json
+    import struct
+
+    doc = _xgboost_json(tmp_path)
+    bigint = json.loads(json.dumps(doc))
+    bigint["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = 10**30
+    features = json.loads(json.dumps(doc))
+    features["learner"]["learner_model_param"]["num_feature"] = "1000000000"
+    classes = json.loads(json.dumps(doc))
+    classes["learner"]["learner_model_param"]["num_class"] = "1000000"
+    classes["learner"]["objective"]["name"] = "multi:softprob"
+    lgb_head = ("tree\nversion=v4\nnum_class=1\nnum_tree_per_iteration=1\nlabel_index=0\n"
+                "max_feature_idx=0\nobjective=binary sigmoid:{s}\nfeature_names=a\n\n"
+                "Tree=0\nnum_leaves=2\nnum_cat=0\nsplit_feature={f}\nthreshold=0.5\n"
+                "decision_type=2\nleft_child=-1\nright_child=-2\nleaf_value=0.1 -0.1\n\nend of trees\n")
+    cases = [
+        (json.dumps(bigint).encode(), "malformed tree 0"),
+        (json.dumps(features).encode(), "1000000000 features"),
+        (json.dumps(classes).encode(), "1000000 classes"),
+        (b"{U\x07learner[$Z#L" + struct.pack(">q", 2**62) + b"}", "container of"),
+        (lgb_head.format(s=1, f=10**23).encode(), "out of range"),
+        (lgb_head.format(s=-1, f=0).encode(), "sigmoid"),
+    ]
+    sound = _write(tmp_path, lgb_head.format(s=1, f=0).encode())
+    assert load_model_file(sound, trust_pickle=False)[1] == "lightgbm"
+    for blob, words in cases:
+        with pytest.raises(InvalidInputError, match=words):
+            load_model_file(_write(tmp_path, blob), trust_pickle=False)
+        r = upload(service.client, blob)
+        assert r.status_code == 422 and r.json()["field"] == "model", r.text
+        assert words in r.json()["message"]

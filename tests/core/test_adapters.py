@@ -64,3 +64,80 @@ def test_corrupt_tree_arrays_are_refused(damage):
         t.threshold[i] = np.nan
     with pytest.raises(UnsupportedModelError):
         flatten_model(model)
+
+
+# -- models fitted on data with missing values ------------------------------------------
+def _nan_data(seed: int = 0, n: int = 800):
+    """Missingness that carries the label, so the trees split on it (threshold +inf)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    y = (X[:, 0] > 0).astype(int)
+    X[rng.random(n) < 0.3, 1] = np.nan
+    y[np.isnan(X[:, 1])] = 1 - y[np.isnan(X[:, 1])]
+    return X, y
+
+
+def _finite_points(rng, n: int = 20_000, m: int = 3):
+    """Random finite points, with huge values (beyond float32, up to 1e308) in places."""
+    P = rng.normal(scale=2.0, size=(n, m))
+    huge = rng.random(P.shape) < 0.1
+    P[huge] = rng.choice([1e39, -1e39, 3.5e38, 1e308, -1e308, 1e30], size=int(huge.sum()))
+    return P
+
+
+def _float32_predict(model, P):
+    """What the trees decide on float32(P), +-inf where P overflows float32 (scikit-learn's
+    own predict refuses such inputs; its trees send +inf left at a +inf threshold)."""
+    with np.errstate(over="ignore"):
+        P32 = P.astype(np.float32)
+    trees = [model] if hasattr(model, "tree_") else model.estimators_
+    values = [t.tree_.predict(P32).reshape(len(P), -1) for t in trees]  # (n, K) per tree
+    proba = np.mean([v / v.sum(axis=1, keepdims=True) for v in values], axis=0)
+    return model.classes_[np.argmax(proba, axis=1)]
+
+
+@pytest.mark.parametrize("kind", ["tree", "forest"])
+def test_trees_fitted_with_missing_values(kind):
+    """A split that sends only the missing values right has threshold +inf: every finite
+    input goes left, so the node is its left child. Faithful on finite inputs (huge ones
+    too), and counterfactuals are valid."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    from maps_core import CounterfactualMaps
+
+    X, y = _nan_data()
+    model = (DecisionTreeClassifier(max_depth=4, random_state=0) if kind == "tree"
+             else RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0)).fit(X, y)
+    trees = [model] if kind == "tree" else model.estimators_
+    assert any(np.isinf(t.tree_.threshold).any() for t in trees)  # the case under test
+    ens = flatten_model(model)
+    rng = np.random.default_rng(1)
+    P = _finite_points(rng)
+    assert np.array_equal(np.asarray(ens.classes)[ens.predict_index(P)], _float32_predict(model, P))
+    Q = rng.normal(scale=2.0, size=(20_000, 3))
+    maps = CounterfactualMaps.build(model)
+    assert np.array_equal(np.asarray(maps.predict(Q)), model.predict(Q))
+    for x in Q[:10]:
+        for target in (0, 1):
+            res = maps.counterfactual(x, target)
+            assert model.predict(res.best.x[None])[0] == target
+
+
+@pytest.mark.parametrize("bad", [-np.inf, np.nan])
+def test_thresholds_of_minus_inf_or_nan_stay_refused(bad):
+    from sklearn.tree import DecisionTreeClassifier
+
+    X, y = _nan_data()
+    model = DecisionTreeClassifier(max_depth=3, random_state=0).fit(X, y)
+    model.tree_.threshold[0] = bad
+    with pytest.raises(UnsupportedModelError, match="threshold of -inf or NaN"):
+        flatten_model(model)
+
+
+def test_a_claimed_feature_count_beyond_the_limit_is_refused():
+    from sklearn.tree import DecisionTreeClassifier
+
+    model = DecisionTreeClassifier(max_depth=2, random_state=0).fit(*synthetic())
+    model.n_features_in_ = 10**9
+    with pytest.raises(UnsupportedModelError, match="1000000000 features; cfmaps supports 0 to 100,000"):
+        flatten_model(model)

@@ -77,3 +77,40 @@ def test_categorical_features_are_refused():
     model = HistGradientBoostingClassifier(max_iter=3, categorical_features=[0], random_state=0).fit(X, y)
     with pytest.raises(UnsupportedModelError, match="categorical"):
         flatten_model(model)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_fitted_with_missing_values(n_classes):
+    """A split on the missing-value bin stores threshold +inf (missing values right): every
+    finite input goes left, so the node is its left child. Faithful to predict on finite
+    inputs, huge ones included, and counterfactuals are valid."""
+    rng = np.random.default_rng(0)
+    X, y = _data(n_classes, m=3)
+    missing = rng.random(len(X)) < 0.3
+    X[missing, 1] = np.nan
+    y[missing] = (y[missing] + 1) % n_classes  # informative missingness: split on it
+    model = HistGradientBoostingClassifier(max_iter=15, max_depth=3, random_state=0).fit(X, y)
+    assert any(np.isinf(p.nodes["num_threshold"][p.nodes["is_leaf"] == 0]).any()
+               for stage in model._predictors for p in stage)
+    maps = CounterfactualMaps.build(model)
+    P = rng.normal(scale=2.0, size=(20_000, 3))
+    huge = rng.random(P.shape) < 0.1
+    P[huge] = rng.choice([1e39, -1e39, 1e308, -1e308, 3.5e38], size=int(huge.sum()))
+    assert np.array_equal(np.asarray(flatten_model(model).predict_index(P)), np.searchsorted(
+        model.classes_, model.predict(P)))
+    Q = rng.normal(scale=2.0, size=(20_000, 3))
+    assert np.array_equal(np.asarray(maps.predict(Q)), model.predict(Q))
+    for x in Q[:10]:
+        for target in range(n_classes):
+            res = maps.counterfactual(x, target)
+            assert model.predict(res.best.x[None])[0] == target
+
+
+def test_minus_inf_or_nan_thresholds_stay_refused():
+    X, y = _data(2)
+    model = HistGradientBoostingClassifier(max_iter=2, max_depth=2, random_state=0).fit(X, y)
+    for bad in (-np.inf, np.nan):
+        nodes = model._predictors[0][0].nodes
+        nodes["num_threshold"][0] = bad
+        with pytest.raises(UnsupportedModelError, match="threshold of -inf or NaN"):
+            flatten_model(model)

@@ -202,3 +202,54 @@ def test_inputs_lightgbm_reads_as_zero():
         for target in (0, 1):
             cf = maps.counterfactual(x, target, norm="l1").best
             assert clf.predict(cf.x[None])[0] == target
+
+
+# -- hardening: hostile or out-of-range files -------------------------------------------
+def test_integers_beyond_int64_are_malformed():
+    good = _text()
+    first = good.split("split_feature=", 1)[1].split(" ", 1)[0]
+    bad = good.replace(f"split_feature={first}", "split_feature=100000000000000000000000", 1)
+    with pytest.raises(UnsupportedModelError, match="'split_feature' is not numeric or out of range"):
+        parse_lightgbm(bad)
+    bad = good.replace("max_feature_idx=3", "max_feature_idx=100000000000000000000000", 1)
+    with pytest.raises(UnsupportedModelError, match="features; cfmaps supports 0 to 100,000"):
+        parse_lightgbm(bad)
+
+
+@pytest.mark.parametrize("objective", ["binary", "multiclassova"])
+@pytest.mark.parametrize("sigmoid", ["-1", "0", "-0.0", "nan", "inf", "-inf"])
+def test_a_sigmoid_lightgbm_refuses_is_refused(objective, sigmoid):
+    """LightGBM refuses a sigmoid <= 0 when it loads a file; a negative one would swap the
+    classes, 0 or NaN make every probability 0.5 or NaN."""
+    if objective == "binary":
+        text = _text()
+    else:
+        X, y = _data(3)
+        text = lgb.LGBMClassifier(objective="multiclassova", n_estimators=2, verbose=-1).fit(
+            X, y).booster_.model_to_string()
+    assert "sigmoid:1" in text
+    bad = text.replace("sigmoid:1", f"sigmoid:{sigmoid}", 1)
+    with pytest.raises(UnsupportedModelError, match="sigmoid .* is not a positive finite number"):
+        parse_lightgbm(bad)
+    parse_lightgbm(text.replace("sigmoid:1", "sigmoid:0.5", 1))  # positive: fine
+
+
+def _many_classes(k: int) -> str:
+    """A multiclass file of k classes, one single-leaf tree per class (a few bytes each)."""
+    head = (f"tree\nversion=v4\nnum_class={k}\nnum_tree_per_iteration={k}\nlabel_index=0\n"
+            f"max_feature_idx=0\nobjective=multiclass num_class:{k}\nfeature_names=a\n\n")
+    tree = ("Tree={}\nnum_leaves=1\nnum_cat=0\nsplit_feature=\nthreshold=\ndecision_type=\n"
+            "left_child=\nright_child=\nleaf_value=0.1\n\n")
+    return head + "".join(tree.format(i) for i in range(k)) + "end of trees\n"
+
+
+def test_classes_times_nodes_are_bounded():
+    """k classes need k trees: the dense (nodes, classes) value matrix grows as k**2, so a
+    file of 6,000 one-leaf trees (700 kB) would claim 288 MB; refused before flattening."""
+    from maps_core.adapters import flatten_model
+
+    assert flatten_model(parse_lightgbm(_many_classes(50))).n_classes == 50
+    with pytest.raises(UnsupportedModelError, match="6000 tree nodes times 6000 classes"):
+        parse_lightgbm(_many_classes(6000))
+    with pytest.raises(UnsupportedModelError, match="20000 classes; cfmaps supports at most 10,000"):
+        parse_lightgbm(_many_classes(20_000))

@@ -220,3 +220,152 @@ def test_refusals_name_the_problem(tmp_path):
     tree["categories_nodes"] = [0]
     with pytest.raises(UnsupportedModelError, match="categorical"):
         parse_xgboost(json.dumps(doc).encode())
+
+
+# -- hardening: early stopping, file layouts, hostile files ------------------------------
+def _doc(tmp_path: Path, n_classes: int = 2, **kw):
+    """A small fitted model's JSON document (seeded)."""
+    import json
+
+    X, y = _data(n_classes, n=300)
+    xgb.XGBClassifier(n_estimators=3, max_depth=2, random_state=0, **kw).fit(X, y).save_model(
+        tmp_path / "m.json")
+    return json.loads((tmp_path / "m.json").read_bytes())
+
+
+@pytest.mark.parametrize("ext", ["json", "ubj"])
+@pytest.mark.parametrize("n_classes, parallel", [(2, 1), (3, 2)])
+def test_early_stopping_uses_the_best_iteration(ext, n_classes, parallel, tmp_path):
+    """The file keeps every round; XGBClassifier.predict uses rounds 0..best_iteration, so
+    must cfmaps (a round: n_groups x num_parallel_tree trees)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3))
+    y = (X[:, 0] + 0.5 * rng.normal(size=600) > 0).astype(int)
+    if n_classes == 3:
+        y = y + (X[:, 1] + 0.5 * rng.normal(size=600) > 0.5)
+    clf = xgb.XGBClassifier(n_estimators=200, max_depth=3, learning_rate=0.5, early_stopping_rounds=3,
+                            num_parallel_tree=parallel, random_state=0)
+    clf.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])], verbose=False)
+    ref, model = _saved(clf, tmp_path, ext)
+    rounds = clf.get_booster().num_boosted_rounds()
+    assert ref.best_iteration + 1 < rounds  # the stored model has rounds predict skips
+    groups = 1 if n_classes == 2 else n_classes
+    assert len(model.trees) == (ref.best_iteration + 1) * groups * parallel
+    P = rng.normal(scale=1.5, size=(20_000, 3))
+    want = ref.predict(P)
+    assert np.array_equal(model.predict(P), want)
+    assert np.array_equal(np.asarray(CounterfactualMaps.build(model).predict(P)), want)
+    margin = ref.predict(P[:2000], output_margin=True).reshape(2000, -1)
+    assert np.array_equal(model.margins(P[:2000]), margin)
+
+
+def test_best_iteration_edge_values(tmp_path):
+    """-1 is every round (XGBoost's iteration_range (0, 0)); a round the file does not have
+    is refused (XGBoost's predict fails on it); files without iteration_indptr (XGBoost < 2)
+    count rounds of n_groups x num_parallel_tree trees."""
+    import json
+
+    doc = _doc(tmp_path, n_classes=3)
+    doc["learner"]["attributes"]["best_iteration"] = "-1"
+    assert len(parse_xgboost(json.dumps(doc).encode()).trees) == 9
+    doc["learner"]["attributes"]["best_iteration"] = "1"
+    assert len(parse_xgboost(json.dumps(doc).encode()).trees) == 6
+    del doc["learner"]["gradient_booster"]["model"]["iteration_indptr"]
+    assert len(parse_xgboost(json.dumps(doc).encode()).trees) == 6
+    for bad, words in (("3", "best_iteration 3 is not one of its 3 rounds"), ("x", "malformed")):
+        doc["learner"]["attributes"]["best_iteration"] = bad
+        with pytest.raises(UnsupportedModelError, match=words):
+            parse_xgboost(json.dumps(doc).encode())
+
+
+def test_multi_output_trees_are_named(tmp_path):
+    X, y = _data(3, n=300)
+    clf = xgb.XGBClassifier(n_estimators=2, max_depth=2, tree_method="hist",
+                            multi_strategy="multi_output_tree", random_state=0).fit(X, y)
+    for ext in ("json", "ubj"):
+        clf.save_model(tmp_path / f"m.{ext}")
+        with pytest.raises(UnsupportedModelError, match="multi-output trees"):
+            parse_xgboost((tmp_path / f"m.{ext}").read_bytes())
+
+
+def test_pretty_printed_json_is_json(tmp_path):
+    """Whitespace, a newline or a UTF-8 byte order mark before or inside the opening of a
+    JSON file: still JSON, not UBJSON."""
+    import json
+
+    from maps_core.adapters.xgboost_json import is_json
+
+    doc = _doc(tmp_path)
+    compact = parse_xgboost(json.dumps(doc).encode())
+    P = np.random.default_rng(0).normal(size=(500, 4))
+    for blob in (json.dumps(doc, indent=2).encode(), b"\n  " + json.dumps(doc, indent=4).encode(),
+                 b"\xef\xbb\xbf" + json.dumps(doc, indent="\t").encode()):
+        assert is_json(blob)
+        assert np.array_equal(parse_xgboost(blob).margins(P), compact.margins(P))
+    xgb.XGBClassifier(n_estimators=2).fit(*_data(2, n=100)).save_model(tmp_path / "m.ubj")
+    assert not is_json((tmp_path / "m.ubj").read_bytes())
+
+
+def test_integers_beyond_int64_are_malformed(tmp_path):
+    import json
+
+    doc = _doc(tmp_path)
+    doc["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = 10**30
+    with pytest.raises(UnsupportedModelError, match="malformed tree 0"):
+        parse_xgboost(json.dumps(doc).encode())
+    doc = _doc(tmp_path)
+    doc["learner"]["gradient_booster"]["model"]["trees"][0]["split_conditions"][0] = 10**400
+    with pytest.raises(UnsupportedModelError, match="malformed tree 0"):
+        parse_xgboost(json.dumps(doc).encode())
+    doc = _doc(tmp_path)
+    doc["learner"]["learner_model_param"]["num_feature"] = 1e400  # Infinity in the file
+    with pytest.raises(UnsupportedModelError, match="out of range"):
+        parse_xgboost(json.dumps(doc).encode())
+
+
+def test_hostile_ubjson_and_nesting_are_refused_at_once():
+    import struct
+    import time
+
+    t0 = time.perf_counter()
+    for typ in (b"Z", b"T", b"F"):  # elements that read no bytes: 2**62 of them in 20 bytes
+        with pytest.raises(UnsupportedModelError, match="container of 4611686018427387904 elements"):
+            parse_xgboost(b"{U\x07learner[$" + typ + b"#L" + struct.pack(">q", 2**62) + b"}")
+    with pytest.raises(UnsupportedModelError, match="negative length"):
+        parse_xgboost(b"{U\x07learner[#i\xff]}")
+    with pytest.raises(UnsupportedModelError, match="negative length"):
+        parse_xgboost(b"{i\xfflearner}")
+    with pytest.raises(UnsupportedModelError, match="length of type"):
+        parse_xgboost(b"{U\x07learner[#d" + struct.pack(">f", float("nan")) + b"]}")
+    for deep in (b'{"learner": ' + b"[" * 100_000, b"{U\x07learner" + b"[" * 100_000):
+        with pytest.raises(UnsupportedModelError, match="nested too deeply|truncated"):
+            parse_xgboost(deep)
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_size_limits_are_checked_before_allocating(tmp_path):
+    import json
+
+    from maps_core.adapters._trees import MAX_NODE_VALUES
+
+    doc = _doc(tmp_path)
+    doc["learner"]["learner_model_param"]["num_feature"] = "1000000000"
+    with pytest.raises(UnsupportedModelError, match="1000000000 features; cfmaps supports 0 to 100,000"):
+        parse_xgboost(json.dumps(doc).encode())
+    doc = _doc(tmp_path)
+    doc["learner"]["learner_model_param"]["num_class"] = str(10**6)
+    doc["learner"]["objective"]["name"] = "multi:softprob"
+    with pytest.raises(UnsupportedModelError, match="1000000 classes; cfmaps supports at most 10,000"):
+        parse_xgboost(json.dumps(doc).encode())
+    # 10,000 classes are fine, but not with trees whose nodes times classes pass the bound
+    doc = _doc(tmp_path)
+    model = doc["learner"]["gradient_booster"]["model"]
+    k, tree = 10_000, model["trees"][0]
+    n = MAX_NODE_VALUES // (k * len(tree["left_children"])) + 1
+    doc["learner"]["learner_model_param"].update(num_class=str(k), base_score="0")
+    doc["learner"]["objective"]["name"] = "multi:softprob"
+    model.update(trees=[tree] * n, tree_info=[0] * n, iteration_indptr=[0, n])
+    with pytest.raises(UnsupportedModelError, match="times 10000 classes is more than the 33,554,432"):
+        parse_xgboost(json.dumps(doc).encode())
+    model.update(trees=[tree] * 10, tree_info=[0] * 10, iteration_indptr=[0, 10])
+    assert parse_xgboost(json.dumps(doc).encode()).n_classes == k
