@@ -28,8 +28,8 @@ nearer to certifying; otherwise the exact class of its centre cell), and it is
 * otherwise split at the cut of some tree's root-most undecided node, the one whose far
   side gains the most distance over the box (l1, l2; for linf and l0 the far side's own
   distance) weighted by the vote spread of the trees undecided at that same cut, and its
-  children pushed with their distances. Once a round has popped
-  :data:`PROBE_WEIGHTS_AFTER` boxes, a two-class box that was probed weighs each tree
+  children pushed with their distances. Once a round has popped ``hard_after`` boxes
+  (:data:`maps_core.query.HARD_AFTER`), a two-class box that was probed weighs each tree
   instead by how far the sweep's cell lifts it above the worst leaf the bounds count
   (plus a fifth of its spread): the cut that removes the trees' largest contradiction.
 
@@ -177,7 +177,7 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
 
 @njit(cache=True, nogil=True)
 def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, max_seconds,
-               keep_best, guess):
+               keep_best, guess, hard_after):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
@@ -194,8 +194,10 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
     ``max_rounds`` rounds failed (then one unbounded round). With ``guess`` (and ``k = 1``),
     the first round is bounded instead just past the distance of a target cell found by
     :func:`~maps_core._incumbent.first_guess`, when it finds one: that round completes;
-    and a target cell the sweep probe finds is first polished towards ``x``
-    (:func:`~maps_core._incumbent.polish_cell`) before it lowers the bound. Each round is
+    and, once a round has popped ``hard_after`` boxes, a target cell the sweep probe finds
+    is first polished towards ``x`` (:func:`~maps_core._incumbent.polish_cell`) before it
+    lowers the bound; from then on a probed two-class box is also split where
+    :func:`_probe_weights` says (see :data:`maps_core.query.HARD_AFTER`). Each round is
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
     i_lo, i_hi, i_lab, i_d, low, held), ``status`` one of :data:`COMPLETE`,
@@ -266,7 +268,7 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
             coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
             max_depth_nodes, max_pops - pops, max_held, bound, klo, khi, True, deadline, q, ce,
-            kern, polish)
+            kern, polish, hard_after)
         kd_pops += kp
         evaluated += ev
         pops += po
@@ -335,7 +337,7 @@ def _nearest_certified(q, fo, ce, kern, klo, khi):
         x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat, node_lo,
         node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi, coff, clow,
         cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, 0,
-        _NO_LIMIT, np.inf, klo, khi, False, np.inf, q, ce, kern, False)
+        _NO_LIMIT, np.inf, klo, khi, False, np.inf, q, ce, kern, False, _NO_LIMIT)
     return lo, hi, lab, d, kp, ev
 
 
@@ -695,12 +697,6 @@ def _probe_sweep(x, w, norm, cmin, cmax, integral, tmask, gcol, gstart, gcols, g
     return (d, b2) if d < bound else (bound, -1)
 
 
-#: Once a round has popped this many boxes, a two-class box whose sweep probe labelled a
-#: cell is split by :func:`_probe_weights` rather than by the trees' spreads. Credit RF
-#: 100x5, 200 l1 probe queries: 0.90x the boxes (from the first box: the same); l2 0.84x;
-#: linf 0.96x. From the first box it cost Credit GB 300x4's short searches 1.16x the
-#: boxes (l1) and 1.19x (linf); after 256, 1.01x. Distances identical throughout.
-PROBE_WEIGHTS_AFTER = 256
 #: The share of a tree's spread :func:`_probe_weights` adds to its lift (Credit RF 100x5,
 #: 200 l1 queries: 0 -> 1.08x the boxes of spread weights, 0.15 0.89x, 0.25 0.90x, 0.5
 #: 0.91x, 1 0.94x).
@@ -748,11 +744,6 @@ _NO_LIMIT = 1 << 62
 #: What :func:`_search_loop` stopped for: done; more room needed (``st[_NEED]`` entries);
 #: out of ``max_pops``.
 _DONE, _NEED_ROOM, _OUT_OF_POPS, _POLISH = 0, 1, 2, 3
-#: A probe's target cell is polished only once the round has popped this many boxes: a
-#: polish costs about a label per axis, more than the few boxes it saves an easy search
-#: (Credit GB 300x4, 2,000 queries, polishing every probe's cell: 0.99x the boxes, 1.03x
-#: the time).
-POLISH_AFTER = 256
 #: How a search ended (:func:`best_first`): every box it had to see was seen; out of its
 #: box budget; out of its time; out of the boxes it may hold at once (its memory).
 COMPLETE, OUT_OF_BOXES, OUT_OF_TIME, OUT_OF_MEMORY = 0, 1, 2, 3
@@ -771,7 +762,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                     xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
                     rlo, rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base,
                     tie_high, tol, max_depth_nodes, max_pops, max_held, bound, klo, khi,
-                    with_mixed, deadline, q, ce, kern, polish):
+                    with_mixed, deadline, q, ce, kern, polish, hard_after):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
     within the cells ``klo..khi`` (:func:`reachable_cells`), holding at most ``max_held``
@@ -878,7 +869,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
             klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo, c_hi, c_lab,
             c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange, top_n, stack,
             mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell, pbox_lo, pbox_hi,
-            polish, pleaf, pweight)
+            polish, hard_after, pleaf, pweight)
         if code == _OUT_OF_POPS and st[_POPS] < max_pops:
             now = clock()
             if now < deadline:
@@ -961,7 +952,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
                  max_pops, klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo,
                  c_hi, c_lab, c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange,
                  top_n, stack, mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell,
-                 pbox_lo, pbox_hi, polish, pleaf, pweight):
+                 pbox_lo, pbox_hi, polish, hard_after, pleaf, pweight):
     """The popping loop of :func:`_bounded_search`, compiled without reference counting:
     it allocates nothing, so no array it touches is ever counted (with counting, the
     atomic increments and decrements took about half of the search's time, perf on
@@ -1077,7 +1068,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
                     pbox_lo[1, f] = pbox_lo[0, f]
                     pbox_hi[1, f] = pbox_hi[0, f]
                 st[_INCUMBENT] = b2
-                if polish and pops >= POLISH_AFTER:
+                if polish and pops >= hard_after:
                     st[_PROBED] = 1
         # -- narrow: the rest of the box holds no target point; requeue the narrowed box
         # at its own (larger or equal) distance, with the same tree states, in two pieces
@@ -1102,7 +1093,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
             continue
         # -- split at one live tree's root-most undecided cut
         weight = trange
-        if probed and pops >= PROBE_WEIGHTS_AFTER:
+        if probed and pops >= hard_after:
             _probe_weights(a, act, n_act, nv, pleaf, tmin, trange, pweight)
             weight = pweight
         bt = _split_cut(x, w, norm, coff, clow, cupp, nf, ncut, nv, lo, hi, act, n_act, start,

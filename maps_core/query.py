@@ -227,14 +227,14 @@ ANSWERED, NEAR_TIES, OUT_OF_BUDGET, NO_CANDIDATE, BEST_FOUND = 0, 1, 2, 3, 4
 @njit(cache=True, nogil=True)
 def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcols, gcost, fo,
            ce, kern, max_pops, max_held, max_seconds, radius, growth, max_rounds, best_found,
-           guess):
+           guess, hard_after):
     """The nearest counterfactual (``k = 1``) of every row of ``X`` (shape (n, m)) in one
     compiled call: per row, :func:`~maps_core.lazy.best_first` under its constraint box
     (each row with its own budgets: ``max_pops`` boxes popped, ``max_held`` held at once and
     ``max_seconds``)
     (``cmins``, ``cmaxs``, shape (n, m)) and target mask (``tmasks``, shape (n, c)), with
-    the deepening ``radius``, ``growth``, ``max_rounds`` and ``guess`` as there, then
-    :func:`_place` and :func:`_point_distance` on its nearest candidate.
+    the deepening ``radius``, ``growth``, ``max_rounds``, ``guess`` and ``hard_after`` as
+    there, then :func:`_place` and :func:`_point_distance` on its nearest candidate.
 
     Returns (status, distance, cf_distance, label, point, lower, upper, lower_closed,
     upper_closed, counters, seconds, low): ``status`` per row (:data:`ANSWERED`... ; the
@@ -268,7 +268,7 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
                   gcols, gcost, xcats[i])
         (c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done, i_lo, i_hi, i_lab, i_d, lb,
          hd) = best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds,
-                          max_seconds, best_found, guess)
+                          max_seconds, best_found, guess, hard_after)
         counters[i, 0] = kp
         counters[i, 1] = ev
         counters[i, 2] = po
@@ -439,6 +439,18 @@ DEEPEN_ROUNDS = 24
 # saved (PD p50 1.23x, Adult 1.05x; Credit GB 1.48 -> 0.76 ms, which meets its target
 # either way). Distances identical in every run.
 GUESS_FIRST = True
+
+
+#: A round of a query's search is hard once it has popped this many mixed-region boxes;
+#: from then on a target cell the sweep probe finds is polished towards x before it lowers
+#: the bound, and a probed two-class box is split where the trees' largest contradiction
+#: lies (:func:`~maps_core.lazy.best_first`'s ``hard_after``). Both cost more than they
+#: save an easy search: polishing every probe's cell gave Credit GB 300x4 (2,000 queries)
+#: 0.99x the boxes in 1.03x the time, and the probe-weighted cut from the first box 1.16x
+#: the boxes (l1) and 1.19x (linf), against 1.01x after 256 boxes (64: 1.03x and 1.07x);
+#: on Credit RF 100x5 (200 l1 probe queries) the cut gave 0.90x the boxes from either.
+#: A module global read at each call, so a test can make every round hard.
+HARD_AFTER = 256
 
 
 def _guessing(opts: QueryOptions) -> bool:
@@ -731,7 +743,7 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
             opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
             engine.forest, engine.cells, engine.kernel, budget.max_boxes,
             budget.max_held(engine), budget.max_seconds, _first_radius(engine, opts),
-            DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.best_found, _guessing(opts))
+            DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.best_found, _guessing(opts), HARD_AFTER)
         out_of = np.flatnonzero(status == OUT_OF_BUDGET)
         if out_of.size:
             # the first such row names the budget it ran out of, as the row-by-row path
@@ -783,7 +795,7 @@ def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
         return best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
                           budget.max_held(engine), _first_radius(engine, opts),
                           DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.max_seconds, budget.best_found,
-                          _guessing(opts))
+                          _guessing(opts), HARD_AFTER)
     lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
                                                        engine.kernel)
     none, nolab, nod = lo[:0], lab[:0], d[:0]
@@ -872,6 +884,7 @@ __all__ = [
     "DEEPEN_ROUNDS",
     "DEEPEN_START",
     "GUESS_FIRST",
+    "HARD_AFTER",
     "MAX_MIXED_POPS",
     "SearchBudget",
     "SearchOutput",

@@ -160,19 +160,22 @@ def shared_dir() -> Path:
     return SHARED
 
 
-# Iterative deepening schedules (first radius, growth, first round at a guessed target's
-# distance): the default (one round from the guess, mostly); the fixed start, as without a
-# guess; many small rounds, most failing, some reaching the unbounded last round; one
-# unbounded round.
-DEEPENING = {"default": None, "no-guess": (0.1, 1.3, False),
-             "many-rounds": (1e-3, 1.2, False), "unbounded": (np.inf, 1.5, False)}
+# Search schedules, as settings of maps_core.query: the default (one round from the
+# guess, mostly); the fixed start, as without a guess; many small rounds, most failing,
+# some reaching the unbounded last round; one unbounded round; every round hard from its
+# first box (the polish of the probe's cells and the probe-weighted cuts, which the
+# default keeps for rounds past HARD_AFTER boxes, beyond these tests' small searches).
+DEEPENING: dict[str, dict[str, object]] = {
+    "default": {},
+    "no-guess": {"DEEPEN_START": 0.1, "DEEPEN_GROWTH": 1.3, "GUESS_FIRST": False},
+    "many-rounds": {"DEEPEN_START": 1e-3, "DEEPEN_GROWTH": 1.2, "GUESS_FIRST": False},
+    "unbounded": {"DEEPEN_START": np.inf, "DEEPEN_GROWTH": 1.5, "GUESS_FIRST": False},
+    "hard": {"HARD_AFTER": 0},
+}
 
 
 @pytest.fixture(params=sorted(DEEPENING))
 def deepening(request, monkeypatch):
-    if DEEPENING[request.param] is not None:
-        start, growth, guess = DEEPENING[request.param]
-        monkeypatch.setattr(maps_core.query, "DEEPEN_START", start)
-        monkeypatch.setattr(maps_core.query, "DEEPEN_GROWTH", growth)
-        monkeypatch.setattr(maps_core.query, "GUESS_FIRST", guess)
+    for name, value in DEEPENING[request.param].items():
+        monkeypatch.setattr(maps_core.query, name, value)
     return request.param
