@@ -319,12 +319,15 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
         url = f"{base}/v1/models/{model_id}/counterfactuals"
         body = {"instance": rf.X[0].tolist()}
         log: list[tuple[float, str]] = []
-        stop = time.monotonic() + 6.0
+        # The load runs until both processes answer again (the last 20 answers 200), at
+        # most 30 s: a fixed window raced the replacement's start-up on a busy machine.
+        stop = time.monotonic() + 30.0
+        settled_again = threading.Event()
         killed_at: list[float] = []
 
         def load() -> None:
             # one connection per request: the kernel hands new connections to a live worker
-            while time.monotonic() < stop:
+            while time.monotonic() < stop and not settled_again.is_set():
                 try:
                     r = httpx.post(url, json=body, timeout=10)
                     status = str(r.status_code)
@@ -340,6 +343,14 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
         time.sleep(2.0)
         os.kill(workers[0], signal.SIGKILL)
         killed_at.append(time.monotonic())
+
+        def answering_again() -> bool:
+            recent = [s for t, s in log[-20:] if t >= killed_at[0] + 1.0]
+            return len(recent) == 20 and set(recent) == {"200"}
+
+        while time.monotonic() < stop and not answering_again():
+            time.sleep(0.1)
+        settled_again.set()
         for t in threads:
             t.join(timeout=30)
         assert not any(t.is_alive() for t in threads)
