@@ -46,8 +46,8 @@ _inline: weakref.WeakKeyDictionary[CounterfactualMaps, bool] = weakref.WeakKeyDi
 class QueryLimits:
     """The service's per-request limits (``CFMAPS_MAX_BATCH``, ``CFMAPS_MAX_K``,
     ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_QUERY_MAX_SECONDS``, ``CFMAPS_QUERY_MAX_MEMORY``,
-    ``CFMAPS_MAP_MAX_SIDE``) and the norm of a query that names none
-    (``CFMAPS_DEFAULT_NORM``)."""
+    ``CFMAPS_QUERY_THREADS``, ``CFMAPS_MAP_MAX_SIDE``) and the norm of a query that names
+    none (``CFMAPS_DEFAULT_NORM``)."""
 
     max_batch: int = 1000
     max_k: int = 100
@@ -56,6 +56,7 @@ class QueryLimits:
     max_boxes: int | None = None  # the engine's default
     max_seconds: float | None = None  # per instance; none by default
     max_memory: int | None = None  # per instance; the engine's default
+    threads: int | None = None  # per instance's search; the engine's default
 
 
 def runs_inline(maps: CounterfactualMaps, body: CounterfactualRequest) -> bool:
@@ -178,6 +179,7 @@ def counterfactual_answer(
             max_seconds=max_seconds,
             max_memory=limits.max_memory,
             on_budget=body.on_budget,
+            threads=limits.threads,
         )
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, single)
@@ -229,7 +231,7 @@ def map_picture(
         res = maps.counterfactual(x, target, norm=body.norm or limits.default_norm,
                                   immutable=held, max_boxes=limits.max_boxes,
                                   max_seconds=limits.max_seconds,
-                                  max_memory=limits.max_memory)
+                                  max_memory=limits.max_memory, threads=limits.threads)
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, True)
         raise

@@ -1,5 +1,5 @@
-"""Memory budgets of a build and of a query, in bytes, and the memory a process may count
-on.
+"""Memory budgets of a build and of a query, in bytes, and the memory and processors a
+process may count on.
 
 A build's memory grows with the rectangles it certifies, and each rectangle costs in
 proportion to the number of features: its cell ranges are copied through extraction,
@@ -46,6 +46,7 @@ __all__ = [
     "default_build_memory",
     "default_query_memory",
     "rectangles_within",
+    "usable_cpus",
 ]
 
 #: Peak bytes per certified rectangle and feature (measured 64-68, see the module docs).
@@ -100,6 +101,34 @@ def available_memory(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup") -> 
     physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     limit = _cgroup_limit(Path(cgroup_root))
     return min(physical, limit) if limit is not None else physical
+
+
+@functools.cache
+def usable_cpus(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup") -> int:
+    """Processors this process may count on (at least 1): those it may run on, or its
+    container's cgroup CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over
+    ``cpu.cfs_period_us``, rounded down) when that is fewer. Read once per process."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    quota = _cgroup_cpus(Path(cgroup_root))
+    return max(1, min(cpus or 1, quota) if quota is not None else cpus or 1)
+
+
+def _cgroup_cpus(root: Path) -> int | None:
+    """Whole processors of the cgroup CPU quota under ``root``, None when unlimited or
+    unknown."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        if quota == "max":
+            return None
+        return int(quota) // int(period)
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    try:
+        quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+        period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        return int(quota) // int(period) if int(quota) > 0 else None
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
 
 
 def default_build_memory() -> int:

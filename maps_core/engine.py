@@ -34,6 +34,27 @@ from .lazy import Cells, Forest
 from .partition import Kernel, Partition
 from .schema import FeatureSchema
 
+#: Weight of the newest search in :class:`SearchPace`'s running mean (about the last 16).
+PACE_WEIGHT = 1.0 / 16
+
+
+@dataclass(eq=False)
+class SearchPace:
+    """How long one set of maps' searches run, as running means over about the last 16
+    instances searched: the mixed-region boxes popped, which decide whether a single
+    query's search runs in several threads (:data:`maps_core.query.PARALLEL_AFTER`), and
+    the seconds, which decide whether a batch's rows do
+    (:data:`maps_core.query.PARALLEL_SECONDS`). Written by every query without a lock: a
+    lost update only shifts a mean a little."""
+
+    boxes: float = 0.0
+    seconds: float = 0.0
+
+    def record(self, pops: int, seconds: float) -> None:
+        """Count one instance's search that popped ``pops`` boxes in ``seconds``."""
+        self.boxes += (pops - self.boxes) * PACE_WEIGHT
+        self.seconds += (seconds - self.seconds) * PACE_WEIGHT
+
 
 @dataclass(frozen=True, eq=False)
 class SearchEngine:
@@ -62,6 +83,8 @@ class SearchEngine:
     labeler : callable, optional
         ``labeler(points) -> class indices`` by the model itself, shape (n, m) -> (n,),
         for near-tie points (see the module docs).
+    pace : SearchPace
+        How long its searches have run (the one part that changes as it serves).
     """
 
     ensemble: FlatEnsemble
@@ -76,6 +99,7 @@ class SearchEngine:
     has_mixed: bool
     defaults: dict[tuple[str, int], Any] = field(default_factory=dict)
     labeler: Callable[[np.ndarray], np.ndarray] | None = None
+    pace: SearchPace = field(default_factory=SearchPace)
 
     @classmethod
     def assemble(
@@ -130,4 +154,4 @@ def _widths(g: Grid) -> np.ndarray:
     return width
 
 
-__all__ = ["SearchEngine"]
+__all__ = ["SearchEngine", "SearchPace"]

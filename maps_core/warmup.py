@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 
 from .maps import CounterfactualMaps
+from .query import PARALLEL_ROWS
 
 
 def warm_up() -> float:
@@ -23,7 +24,8 @@ def warm_up() -> float:
 
     Tiny maps are built (complete, and budgeted so that they keep mixed regions), saved and
     memory-mapped back as a service loads them (read-only arrays are a signature numba
-    compiles apart), then asked a single query and a batch, with and without a time budget.
+    compiles apart), then asked a single query and a batch, with and without a time budget,
+    and in two threads.
 
     Returns
     -------
@@ -43,6 +45,12 @@ def warm_up() -> float:
             for max_seconds in (None, 60.0):
                 maps.counterfactual(X[0], max_seconds=max_seconds)
                 maps.counterfactuals(X[:4], max_seconds=max_seconds)
+            if maps.engine.has_mixed:
+                # a search in two parts and a batch in two threads, as on maps whose
+                # searches have proved long
+                maps.engine.pace.boxes = maps.engine.pace.seconds = 1e9
+                maps.counterfactual(X[0], threads=2)
+                maps.counterfactuals(X[:2 * PARALLEL_ROWS], threads=2)
             del maps  # the memory maps close before the directory goes
     return time.perf_counter() - t0
 

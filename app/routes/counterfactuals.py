@@ -136,7 +136,8 @@ def _count(body: PredictRequest | CounterfactualRequest) -> int:
 def _limits(settings: Any) -> QueryLimits:
     return QueryLimits(settings.max_batch, settings.max_k, settings.default_norm,
                        settings.map_max_side, settings.query_max_boxes,
-                       settings.query_max_seconds, settings.effective_query_memory())
+                       settings.query_max_seconds, settings.effective_query_memory(),
+                       settings.query_threads)
 
 
 _PNG: dict[int | str, dict[str, Any]] = {

@@ -181,7 +181,8 @@ def test_query_memory_budget_bounds_the_boxes_held(budgeted, deepening):
     within the budget), and a budget with room for it plus one pop's slots gives the same
     search, box for box. Under every deepening schedule: the shipped one holds few boxes
     here, the others hold more than the box arrays' first 64 rows, so the arrays must
-    grow within the budget."""
+    grow within the budget. In one thread: box for box holds for a search in one part
+    (parts share their bound as they go; see the test of searches in parts)."""
     model, X, full, part = budgeted
     eng = part.engine
     per_box = bytes_per_box(eng.grid.n_features, len(eng.kernel.roots), len(eng.classes))
@@ -189,27 +190,27 @@ def test_query_memory_budget_bounds_the_boxes_held(budgeted, deepening):
     room = max(2, int((fo.kend - fo.kstart).max()))  # what one pop may take
     stopped = 0
     for x in X[:25]:
-        free = part.counterfactual(x, norm="l1")
+        free = part.counterfactual(x, norm="l1", threads=1)
         held = free.stats.peak_boxes
         if held == 0:
             continue
-        same = part.counterfactual(x, norm="l1", max_memory=(held + room) * per_box)
+        same = part.counterfactual(x, norm="l1", threads=1, max_memory=(held + room) * per_box)
         assert same.best.distance == free.best.distance
         assert (same.stats.regions_refined, same.stats.peak_boxes) == (
             free.stats.regions_refined, held)
         # whatever the budget, a search that completes held no more boxes than it allows
         for boxes in range(max(1, held // 2), held + room + 1, max(1, held // 8)):
             try:
-                within = part.counterfactual(x, norm="l1", max_memory=boxes * per_box)
+                within = part.counterfactual(x, norm="l1", threads=1, max_memory=boxes * per_box)
             except BudgetExceededError:
                 continue
             assert within.stats.peak_boxes <= boxes
         short = (held - 1) * per_box + per_box - 1  # room for held - 1 boxes, not held
         with pytest.raises(BudgetExceededError, match="max_memory") as exc:
-            part.counterfactual(x, norm="l1", max_memory=short)
+            part.counterfactual(x, norm="l1", threads=1, max_memory=short)
         assert f"more than {held - 1:,} boxes" in str(exc.value)
         try:
-            best = part.counterfactual(x, norm="l1", max_memory=short, on_budget="best")
+            best = part.counterfactual(x, norm="l1", threads=1, max_memory=short, on_budget="best")
         except BudgetExceededError:
             pass  # it met no target box before it stopped
         else:

@@ -1,0 +1,215 @@
+"""One search in several parts at once (``SearchBudget.threads``): each part searches every
+n-th mixed region and the parts share the nearest target met. The answers must be those of
+one part, exactly, under every budget; only the time and the counters may differ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.ensemble import RandomForestClassifier
+
+import maps_core.query
+from maps_core import BudgetExceededError, CounterfactualMaps, InvalidQueryError
+from maps_core._memory import _cgroup_cpus, bytes_per_box, usable_cpus
+from maps_core.engine import PACE_WEIGHT
+from tests.conftest import brute_force, region_end_points, synthetic
+
+
+@pytest.fixture
+def always_parts(monkeypatch):
+    """Every search of k = 1 in parts, however short (the default waits for long ones)."""
+    monkeypatch.setattr(maps_core.query, "PARALLEL_AFTER", 0)
+
+
+@pytest.fixture(scope="module")
+def forest():
+    """A forest whose budgeted maps leave most of the space mixed, so that every search
+    splits boxes of several regions, and its complete maps."""
+    X, y = synthetic(2, 5, 11)
+    model = RandomForestClassifier(n_estimators=40, max_depth=6, random_state=0).fit(X, y)
+    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model,
+                                                                               max_rectangles=5)
+
+
+@pytest.mark.usefixtures("always_parts")
+@pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_parts_give_the_answers_of_one(forest, norm, threads):
+    """In 2, 3 or 5 parts, every answer is one part's (same distance, bit for bit) and the
+    complete maps', valid by the model up to its region's ends; the parts together search
+    the regions (boxes are popped)."""
+    model, X, full, part = forest
+    assert part.stats.mixed_regions > 10
+    refined = 0
+    for x in X[:30]:
+        got = part.counterfactual(x, norm=norm, threads=threads)
+        one = part.counterfactual(x, norm=norm, threads=1)
+        want = full.counterfactual(x, norm=norm)
+        assert got.best.distance == one.best.distance
+        assert got.best.distance == pytest.approx(want.best.distance, abs=1e-12)
+        assert got.optimal and got.lower_bound == got.best.distance
+        assert model.predict(got.best.x[None])[0] == got.target
+        edges = region_end_points(got.best.region, got.best.x)
+        if len(edges):
+            assert (model.predict(edges) == got.target).all()
+        refined += got.stats.regions_refined
+    assert refined > 0
+
+
+@pytest.mark.usefixtures("always_parts")
+@pytest.mark.parametrize("norm", ["l1", "linf"])
+def test_parts_match_brute_force_with_a_target(norm):
+    """Three classes, a named target: the parts' distance is the infimum over the cells
+    labelled by the model's own predict."""
+    X, y = synthetic(3, 3, 5)
+    model = RandomForestClassifier(n_estimators=12, max_depth=4, random_state=1).fit(X, y)
+    maps = CounterfactualMaps.build(model, max_rectangles=3)
+    w = np.ones(3)
+    checked = 0
+    for x in X[:12]:
+        pred = int(model.predict(x[None])[0])
+        target = (pred + 1) % 3
+        got = maps.counterfactual(x, target, norm=norm, threads=3, weights=w)
+        want = brute_force(model, x, target, w, norm)
+        assert got.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
+        assert model.predict(got.best.x[None])[0] == target
+        checked += 1
+    assert checked == 12
+
+
+@pytest.mark.usefixtures("always_parts")
+def test_parts_share_the_box_and_memory_budgets(forest):
+    """The parts' shares sum to the budgets: a search in 3 parts pops at most ``max_boxes``
+    boxes and holds at most what ``max_memory`` allows, completes with the exact answer or
+    stops with BudgetExceededError, and, asked for the best found, answers validly with a
+    lower bound no greater than the optimum."""
+    model, X, full, part = forest
+    eng = part.engine
+    per_box = bytes_per_box(eng.grid.n_features, len(eng.kernel.roots), len(eng.classes))
+    stopped = answered = 0
+    for x in X[:20]:
+        want = full.counterfactual(x, norm="l1").best.distance
+        pops = part.counterfactual(x, norm="l1", threads=3).stats.regions_refined
+        for max_boxes in (1, max(1, pops // 3), 4 * pops + 10):
+            try:
+                r = part.counterfactual(x, norm="l1", threads=3, max_boxes=max_boxes)
+            except BudgetExceededError as exc:
+                assert "max_boxes" in str(exc)
+                stopped += 1
+            else:
+                assert r.stats.regions_refined <= max_boxes
+                assert r.best.distance == pytest.approx(want, abs=1e-12)
+                answered += 1
+            best = part.counterfactual(x, norm="l1", threads=3, max_boxes=max_boxes,
+                                       on_budget="best")
+            assert best.stats.regions_refined <= max_boxes
+            assert model.predict(best.best.x[None])[0] == best.target
+            assert best.lower_bound <= want * (1 + 1e-12) <= best.best.distance * (1 + 1e-12)
+            assert not best.optimal or best.best.distance == pytest.approx(want, abs=1e-12)
+        for boxes in (1, 3, 8):
+            try:
+                r = part.counterfactual(x, norm="l1", threads=3, max_memory=boxes * per_box)
+            except BudgetExceededError as exc:
+                assert "max_memory" in str(exc)
+                continue
+            assert r.stats.peak_boxes <= boxes
+            assert r.best.distance == pytest.approx(want, abs=1e-12)
+    assert stopped > 0 and answered > 0, (stopped, answered)
+
+
+def test_long_searches_switch_to_parts(forest, monkeypatch):
+    """A set of maps' searches run in one part until their running mean of boxes reaches
+    ``PARALLEL_AFTER``, then in ``threads`` parts; never with ``threads=1`` or ``k > 1``."""
+    model, X, _, _ = forest
+    maps = CounterfactualMaps.build(model, max_rectangles=5)  # a fresh pace
+    calls = []
+    real = maps_core.query._run_parts
+    monkeypatch.setattr(maps_core.query, "_run_parts",
+                        lambda *a: calls.append(a[4]) or real(*a))
+    monkeypatch.setattr(maps_core.query, "PARALLEL_AFTER", 30)
+    first = maps.counterfactual(X[0], threads=2)
+    assert calls == [] and first.stats.regions_refined > 0
+    assert maps.engine.pace.boxes == pytest.approx(first.stats.regions_refined * PACE_WEIGHT)
+    assert 0 < maps.engine.pace.seconds <= first.stats.seconds * PACE_WEIGHT
+    while maps.engine.pace.boxes < 30:
+        maps.counterfactual(X[0], threads=1, k=2)
+        maps.engine.pace.record(10_000, 1.0)  # as after long searches
+    assert calls == []
+    maps.counterfactual(X[1], threads=1)
+    maps.counterfactual(X[1], k=2, threads=2)
+    assert calls == []
+    maps.counterfactual(X[1], threads=2)
+    assert calls == [2]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "2", 65])
+def test_threads_must_be_a_positive_integer_within_the_limit(forest, bad):
+    _, X, _, part = forest
+    with pytest.raises(InvalidQueryError, match="threads") as exc:
+        part.counterfactual(X[0], threads=bad)
+    assert exc.value.field == "threads"
+
+
+@pytest.mark.parametrize(("files", "want"), [
+    ({"cpu.max": "150000 100000\n"}, 1),
+    ({"cpu.max": "400000 100000\n"}, 4),
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu.max": "50000 100000\n"}, 0),
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "garbage\n"}, None),
+    ({}, None),
+])
+def test_cgroup_cpu_quota(tmp_path, files, want):
+    """Whole processors of a container's CPU quota (cgroup v2 or v1), None without one."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _cgroup_cpus(tmp_path) == want
+    usable_cpus.cache_clear()
+    try:
+        n = usable_cpus(tmp_path)
+        assert n >= 1
+        if want:
+            assert n <= want
+    finally:
+        usable_cpus.cache_clear()
+
+
+def test_long_batches_deal_their_rows_out(forest, monkeypatch):
+    """A batch whose rows are expected to take ``PARALLEL_SECONDS`` or more is answered in
+    ``threads`` threads of at least ``PARALLEL_ROWS`` rows each, with the answers, regions
+    and budgets of one thread; a short one in one call."""
+    model, X, _, part = forest
+    calls = []
+    real = maps_core.query._batch
+
+    def counted(A, *args):
+        calls.append(A.shape[0])
+        return real(A, *args)
+
+    monkeypatch.setattr(maps_core.query, "_batch", counted)
+    rows = X[:2 * maps_core.query.PARALLEL_ROWS + 3]
+    one = part.counterfactuals(rows, norm="l2", threads=1)
+    assert calls == [len(rows)]
+    monkeypatch.setattr(maps_core.query, "PARALLEL_SECONDS", 0.0)
+    calls.clear()
+    two = part.counterfactuals(rows, norm="l2", threads=2)
+    assert sorted(calls) == [len(rows) // 2, len(rows) - len(rows) // 2]
+    for a, b in zip(one, two, strict=True):
+        assert a.best.distance == b.best.distance
+        assert np.array_equal(a.best.x, b.best.x)
+        assert np.array_equal(a.best.region.lower, b.best.region.lower)
+        assert np.array_equal(a.best.region.upper, b.best.region.upper)
+        assert a.optimal and b.optimal
+        assert a.stats.regions_refined == b.stats.regions_refined
+    calls.clear()
+    part.counterfactuals(rows[:2 * maps_core.query.PARALLEL_ROWS - 1], norm="l2", threads=2)
+    assert len(calls) == 1  # too few rows for two threads
+    monkeypatch.setattr(maps_core.query, "PARALLEL_SECONDS", np.inf)
+    calls.clear()
+    part.counterfactuals(rows, norm="l2", threads=2)
+    assert calls == [len(rows)]
+    with pytest.raises(BudgetExceededError, match="max_boxes"):
+        monkeypatch.setattr(maps_core.query, "PARALLEL_SECONDS", 0.0)
+        part.counterfactuals(rows, norm="l2", threads=2, max_boxes=1)
