@@ -95,8 +95,8 @@ class Settings(BaseSettings):
         once a model's searches prove long (random forests on the loan data), its
         unresolved regions are dealt out among that many threads, which share the nearest
         answer found; the answers are the same. Default: the engine's, 2 (1 where the
-        process may use one processor). Credit RF 100x5: p50 18 -> 12 ms and p90 75 ->
-        40 ms on 2 idle cores. 1 keeps each query on one core, which serves more queries
+        process may use one processor). Credit RF 100x5: p50 18 -> 12 ms and p90 77 ->
+        39 ms on 2 idle cores. 1 keeps each query on one core, which serves more queries
         at once when every core is busy.
     map_max_side : int
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.

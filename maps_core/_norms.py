@@ -24,6 +24,8 @@ L1 = 0
 L2 = 1
 LINF = 2
 L0 = 3
+#: How many norm codes there are (codes run 0 .. N_NORMS - 1).
+N_NORMS = 4
 
 #: Norm names accepted by the API and the CLI, mapped to their kernel codes.
 NORMS: dict[str, int] = {"l1": L1, "l2": L2, "linf": LINF, "l0": L0}
@@ -94,6 +96,7 @@ __all__ = [
     "L2",
     "LINF",
     "NORMS",
+    "N_NORMS",
     "NORM_NAMES",
     "acc",
     "accumulate_radius",

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ._norms import N_NORMS
 from .ensemble import FlatEnsemble
 from .grid import Grid
 from .index import KDForest
@@ -40,20 +41,22 @@ PACE_WEIGHT = 1.0 / 16
 
 @dataclass(eq=False)
 class SearchPace:
-    """How long one set of maps' searches run, as running means over about the last 16
-    instances searched: the mixed-region boxes popped, which decide whether a single
-    query's search runs in several threads (:data:`maps_core.query.PARALLEL_AFTER`), and
-    the seconds, which decide whether a batch's rows do
-    (:data:`maps_core.query.PARALLEL_SECONDS`). Written by every query without a lock: a
-    lost update only shifts a mean a little."""
+    """How long one set of maps' searches run, per norm (indexed by its code,
+    :mod:`maps_core._norms`: the same maps' l1 and linf searches differ several-fold), as
+    running means over about the last 16 instances searched: the mixed-region boxes
+    popped, which decide whether a single query's search runs in several threads
+    (:data:`maps_core.query.PARALLEL_AFTER`), and the seconds, which decide whether a
+    batch's rows do (:data:`maps_core.query.PARALLEL_SECONDS`). Written by every query
+    without a lock: a lost update only shifts a mean a little."""
 
-    boxes: float = 0.0
-    seconds: float = 0.0
+    boxes: list[float] = field(default_factory=lambda: [0.0] * N_NORMS)
+    seconds: list[float] = field(default_factory=lambda: [0.0] * N_NORMS)
 
-    def record(self, pops: int, seconds: float) -> None:
-        """Count one instance's search that popped ``pops`` boxes in ``seconds``."""
-        self.boxes += (pops - self.boxes) * PACE_WEIGHT
-        self.seconds += (seconds - self.seconds) * PACE_WEIGHT
+    def record(self, norm: int, pops: int, seconds: float) -> None:
+        """Count one instance's search under the norm of code ``norm`` that popped
+        ``pops`` boxes in ``seconds``."""
+        self.boxes[norm] += (pops - self.boxes[norm]) * PACE_WEIGHT
+        self.seconds[norm] += (seconds - self.seconds[norm]) * PACE_WEIGHT
 
 
 @dataclass(frozen=True, eq=False)

@@ -348,10 +348,10 @@ class CounterfactualMaps:
             process may use one processor): with ``k = 1``, once the searches on these maps
             pop on average at least :data:`maps_core.query.PARALLEL_AFTER` boxes, the
             search's mixed regions are dealt out among that many parts, which share the
-            nearest target met; each part gets ``1 / threads`` of ``max_boxes`` and
-            ``max_memory``. The answers do not depend on it. Credit RF 100x5, l1: p50 18 ->
-            12 ms, p90 75 -> 40 ms in 2 threads on 2 cores; use 1 where every processor is
-            busy with other queries anyway.
+            nearest target met; each part may pop ``max_boxes`` boxes and gets
+            ``1 / threads`` of ``max_memory``. The answers do not depend on it. Credit RF 100x5, l1: p50 18 ->
+            12 ms, p90 77 -> 39 ms in 2 threads on 2 cores; use 1 where every processor is
+            busy with other queries anyway. More threads than processors only queue.
 
         Returns
         -------

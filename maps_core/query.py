@@ -467,7 +467,7 @@ HARD_AFTER = 256
 #: searches on its maps pop this many mixed-region boxes on average
 #: (:class:`~maps_core.engine.SearchPace`); below it, handing parts to threads costs more
 #: than it saves. Credit RF 100x5, 200 l1 probe queries, in 2 parts against 1 on this
-#: 2-core machine: p50 18.3 -> 12.3 ms, p90 75 -> 40 ms, the whole set 1.78x faster, the
+#: 2-core machine: p50 18.3 -> 11.7 ms, p90 77 -> 39 ms, the whole set 1.86x faster, the
 #: same distances and 0.99x the boxes; Credit GB 300x4 (about 28 boxes a query) p50 0.60
 #: -> 0.87 ms, hence the threshold.
 PARALLEL_AFTER = 256
@@ -528,8 +528,8 @@ class SearchBudget:
         optimal) instead of raising :class:`BudgetExceededError`.
     threads : int
         Threads one search may run in at once (``k = 1``, once the maps' searches prove
-        long: :data:`PARALLEL_AFTER`); each then gets ``1 / threads`` of ``max_boxes`` and
-        ``max_memory``. Default: 2, or 1 where the process may use a single processor
+        long: :data:`PARALLEL_AFTER`); each then may pop ``max_boxes`` boxes and gets
+        ``1 / threads`` of ``max_memory``. Default: 2, or 1 where the process may use a single processor
         (:func:`~maps_core._memory.usable_cpus`). The answers are the same in any number.
     """
 
@@ -776,7 +776,7 @@ def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, 
     at most what one may); their other budgets are each row's own."""
     g = engine.grid
     n = 1
-    if A.shape[0] * engine.pace.seconds >= PARALLEL_SECONDS:
+    if A.shape[0] * engine.pace.seconds[opts.norm_code] >= PARALLEL_SECONDS:
         n = max(1, min(budget.threads, A.shape[0] // PARALLEL_ROWS))
     held = budget.max_held(engine)
 
@@ -833,7 +833,7 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
             raise budget.exceeded(int(counters[out_of[0], 4]), engine)
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
-            engine.pace.record(int(counters[r, 2]), float(seconds[r]))
+            engine.pace.record(norm, int(counters[r, 2]), float(seconds[r]))
             if status[r] != ANSWERED and status[r] != BEST_FOUND:
                 continue
             kp, ev, po, hd, _ = counters[r].tolist()
@@ -879,7 +879,8 @@ def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
     with fewer arrays to hand back."""
     if engine.has_mixed:
         guess = _guessing(opts)
-        n = budget.threads if q.k == 1 and engine.pace.boxes >= PARALLEL_AFTER else 1
+        norm = opts.norm_code
+        n = budget.threads if q.k == 1 and engine.pace.boxes[norm] >= PARALLEL_AFTER else 1
         t0 = time.perf_counter()
         if n == 1:
             out = best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
@@ -889,7 +890,7 @@ def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
                              0, 1)
         else:
             out = _run_parts(engine, q, opts, budget, n, guess)
-        engine.pace.record(out[9], time.perf_counter() - t0)
+        engine.pace.record(norm, out[9], time.perf_counter() - t0)
         return out
     lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
                                                        engine.kernel)
@@ -904,11 +905,13 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
     every ``n``-th mixed region, all of them share the nearest target met
     (:func:`~maps_core.lazy.best_first`), and their outputs are merged as one search's.
 
-    The guess is made once, before the parts start. Each part gets ``1 / n`` of the box
-    and memory budgets (their shares sum to the budget) and the time left; the search
-    has stopped early when any part has. Easy searches do not pay: handing a part to a
-    thread and its dispatch cost about 0.1 ms, more than the search of a typical Credit
-    GB 300x4 query."""
+    The guess is made once, before the parts start. Each part gets ``1 / n`` of the
+    memory budget (the shares sum to it), the whole box budget (it bounds each thread's
+    work, as it does one thread's: split, a part with most of the work ran out of boxes
+    on Credit RF 100x5 where one thread would not have) and the time left; the search has
+    stopped early when any part has. Easy searches do not pay: parts cost 0.1-0.3 ms
+    more (the hand-off to a thread, a second dispatch, each part's KD descent, and one
+    part with nearly all the work), more than a typical Credit GB 300x4 search."""
     radius = _first_radius(engine, opts)
     seconds = budget.max_seconds
     if guess:
@@ -919,9 +922,9 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
     held = budget.max_held(engine)
 
     def part(p: int) -> tuple[Any, ...]:
-        # the budgets dealt out: part p's share, the remainder to the first parts
-        return best_first(q, engine.forest, engine.cells, engine.kernel,
-                          _share_of(budget.max_boxes, n, p), _share_of(held, n, p), radius,
+        # the memory budget dealt out: part p's share, the remainder to the first parts
+        return best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
+                          _share_of(held, n, p), radius,
                           DEEPEN_GROWTH, DEEPEN_ROUNDS, seconds, budget.best_found, False,
                           guess, HARD_AFTER, shared, p, n)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 
+from ._norms import N_NORMS
 from .maps import CounterfactualMaps
 from .query import PARALLEL_ROWS
 
@@ -48,7 +49,7 @@ def warm_up() -> float:
             if maps.engine.has_mixed:
                 # a search in two parts and a batch in two threads, as on maps whose
                 # searches have proved long
-                maps.engine.pace.boxes = maps.engine.pace.seconds = 1e9
+                maps.engine.pace.boxes[:] = maps.engine.pace.seconds[:] = [1e9] * N_NORMS
                 maps.counterfactual(X[0], threads=2)
                 maps.counterfactuals(X[:2 * PARALLEL_ROWS], threads=2)
             del maps  # the memory maps close before the directory goes

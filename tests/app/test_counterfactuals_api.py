@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from svc_helpers import GB3_SPEC, Fitted, Service
 
+import maps_core.query
 from maps_core._memory import bytes_per_box
 
 NAMES = ["x0", "x1", "x2", "x3", "x4"]
@@ -239,13 +240,14 @@ def test_default_norm_setting(service_factory: Any, rf: Fitted) -> None:
 def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:
     """CFMAPS_QUERY_MAX_BOXES bounds the mixed-region search of each instance: on maps a
     build left mixed regions in, a query that needs more boxes is a 422 budget_exceeded
-    naming the limit, and the queries that fit answer exactly as without the limit."""
+    naming the limit, and the queries that fit answer exactly as without the limit. In
+    one thread, as the comparison is box for box."""
     X = rf.X[:40]
-    with service_factory(build_max_rectangles=20) as svc:
+    with service_factory(build_max_rectangles=20, query_threads=1) as svc:
         mid = svc.add(rf.skops)
         free = svc.client.post(f"/v1/models/{mid}/counterfactuals",
                                json={"instances": X.tolist(), "norm": "l2"}).json()["results"]
-    with service_factory(build_max_rectangles=20, query_max_boxes=1) as svc:
+    with service_factory(build_max_rectangles=20, query_max_boxes=1, query_threads=1) as svc:
         mid = svc.add(rf.skops)
         refused = 0
         for x, want in zip(X, free, strict=True):
@@ -267,15 +269,16 @@ def test_query_memory_budget_setting(service_factory: Any, rf: Fitted) -> None:
     room for two boxes, a query that held more without it (``peak_boxes``) is a 422
     budget_exceeded naming the limit, and one that held at most one answers as without it
     (a pop takes one slot beyond its own before it frees any, so two may not be enough for
-    a search that held two)."""
+    a search that held two). In one thread, as the comparison is box for box."""
     X = rf.X[:40]
-    with service_factory(build_max_rectangles=20) as svc:
+    with service_factory(build_max_rectangles=20, query_threads=1) as svc:
         mid = svc.add(rf.skops)
         free = svc.client.post(f"/v1/models/{mid}/counterfactuals",
                                json={"instances": X.tolist(), "norm": "l2"}).json()["results"]
         kern = svc.app.state.registry.get(mid).maps.engine.kernel
         per_box = bytes_per_box(len(NAMES), len(kern.roots), len(kern.base))
-    with service_factory(build_max_rectangles=20, query_max_memory=2 * per_box) as svc:
+    with service_factory(build_max_rectangles=20, query_max_memory=2 * per_box,
+                         query_threads=1) as svc:
         assert svc.settings.effective_query_memory() == 2 * per_box
         mid = svc.add(rf.skops)
         refused = answered = 0
@@ -297,6 +300,34 @@ def test_query_memory_budget_setting(service_factory: Any, rf: Fitted) -> None:
                 assert r.status_code == 200
                 answered += 1
         assert refused > 0 and answered > 0
+
+
+def test_query_threads_setting(service_factory: Any, rf: Fitted,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """CFMAPS_QUERY_THREADS reaches the engine: with searches in parts however short, a
+    service at 2 threads runs each instance's search in two parts and answers as one at
+    1, which runs none in parts."""
+    monkeypatch.setattr(maps_core.query, "PARALLEL_AFTER", 0)
+    calls: list[int] = []
+    real = maps_core.query._run_parts
+    monkeypatch.setattr(maps_core.query, "_run_parts",
+                        lambda *a: calls.append(a[4]) or real(*a))
+    X = rf.X[:12]
+    got: dict[int, list[float]] = {}
+    for n in (1, 2):
+        calls.clear()
+        with service_factory(build_max_rectangles=20, query_threads=n) as svc:
+            assert svc.settings.query_threads == n
+            mid = svc.add(rf.skops)
+            got[n] = []
+            for x in X:
+                r = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                                    json={"instance": x.tolist(), "norm": "l1"})
+                assert r.status_code == 200, r.text
+                _check(r.json(), rf, x, NAMES)
+                got[n].append(r.json()["counterfactual_distance"])
+        assert calls == ([] if n == 1 else [2] * len(X))
+    assert got[1] == got[2]
 
 
 def test_query_time_budget_setting(service_factory: Any, rf: Fitted) -> None:

@@ -33,6 +33,17 @@ def test_memory_budgets_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
             Settings()
 
 
+def test_query_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
+    assert Settings().query_threads is None  # the engine's default
+    monkeypatch.setenv("CFMAPS_QUERY_THREADS", "3")
+    assert Settings().query_threads == 3
+    for bad in ("0", "-1", "65", "two"):
+        monkeypatch.setenv("CFMAPS_QUERY_THREADS", bad)
+        with pytest.raises(ValidationError):
+            Settings()
+
+
 def test_default_query_memory_is_a_third_of_the_memory_shared_by_the_query_threads(
         tmp_path) -> None:
     assert Settings(data_dir=tmp_path).effective_query_memory() == (
