@@ -92,7 +92,7 @@ class Settings(BaseSettings):
         the OS.
     query_threads : int or None
         Threads the search for one instance may run in at once (the engine's ``threads``):
-        once a model's searches prove long (random forests on the loan data), its
+        once most of a model's searches are long (random forests on the loan data), its
         unresolved regions are dealt out among that many threads, which share the nearest
         answer found; the answers are the same. Default: the engine's, 2 (1 where the
         process may use one processor). Credit RF 100x5: p50 18 -> 12 ms and p90 77 ->

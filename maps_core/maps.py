@@ -345,13 +345,16 @@ class CounterfactualMaps:
             is. A search that met no target box still raises.
         threads : int, optional
             Threads one instance's search may run in at once (default 2, or 1 where the
-            process may use one processor): with ``k = 1``, once the searches on these maps
-            pop on average at least :data:`maps_core.query.PARALLEL_AFTER` boxes, the
-            search's mixed regions are dealt out among that many parts, which share the
-            nearest target met; each part may pop ``max_boxes`` boxes and gets
-            ``1 / threads`` of ``max_memory``. The answers do not depend on it. Credit RF 100x5, l1: p50 18 ->
-            12 ms, p90 77 -> 39 ms in 2 threads on 2 cores; use 1 where every processor is
-            busy with other queries anyway. More threads than processors only queue.
+            process may use one processor). With ``k = 1``, once most of the recent
+            searches on these maps under the query's norm were long (at least
+            :data:`maps_core.query.PARALLEL_AFTER` boxes), the search's mixed regions are
+            dealt out among that many parts, which share the nearest target met; each
+            part may pop ``max_boxes`` boxes and gets ``1 / threads`` of ``max_memory``.
+            A batch's rows are dealt out among them when they are expected to take
+            :data:`maps_core.query.PARALLEL_SECONDS` or more. The answers do not depend on
+            it. Credit RF 100x5, l1: p50 18 -> 12 ms, p90 77 -> 39 ms in 2 threads on 2
+            cores; use 1 where every processor is busy with other queries anyway. More
+            threads than processors only queue.
 
         Returns
         -------

@@ -463,14 +463,15 @@ GUESS_FIRST = True
 #: A module global read at each call, so a test can make every round hard.
 HARD_AFTER = 256
 
-#: A single query's search runs in ``SearchBudget.threads`` parts at once (k = 1) once the
-#: searches on its maps pop this many mixed-region boxes on average
-#: (:class:`~maps_core.engine.SearchPace`); below it, handing parts to threads costs more
-#: than it saves. Credit RF 100x5, 200 l1 probe queries, in 2 parts against 1 on this
-#: 2-core machine: p50 18.3 -> 11.7 ms, p90 77 -> 39 ms, the whole set 1.86x faster, the
-#: same distances and 0.99x the boxes; Credit GB 300x4 (about 28 boxes a query) p50 0.60
-#: -> 0.87 ms, hence the threshold.
+#: A single query's search runs in ``SearchBudget.threads`` parts at once (k = 1) once at
+#: least PARALLEL_SHARE of the recent searches on its maps under its norm popped
+#: PARALLEL_AFTER mixed-region boxes or more (:class:`~maps_core.engine.SearchPace`); for
+#: a shorter typical search, handing parts to threads costs more than it saves. Credit RF
+#: 100x5, 200 l1 probe queries, in 2 parts against 1 on this 2-core machine: p50 18.3 ->
+#: 11.7 ms, p90 77 -> 39 ms, the whole set 1.86x faster, the same distances and 0.99x the
+#: boxes; Credit GB 300x4 (about 28 boxes a query) p50 0.60 -> 0.87 ms.
 PARALLEL_AFTER = 256
+PARALLEL_SHARE = 0.5
 
 
 def _guessing(opts: QueryOptions) -> bool:
@@ -527,10 +528,11 @@ class SearchBudget:
         Out of a budget, answer with the nearest certified target boxes met (not proven
         optimal) instead of raising :class:`BudgetExceededError`.
     threads : int
-        Threads one search may run in at once (``k = 1``, once the maps' searches prove
-        long: :data:`PARALLEL_AFTER`); each then may pop ``max_boxes`` boxes and gets
-        ``1 / threads`` of ``max_memory``. Default: 2, or 1 where the process may use a single processor
-        (:func:`~maps_core._memory.usable_cpus`). The answers are the same in any number.
+        Threads one search may run in at once (``k = 1``, once most of the maps' recent
+        searches are long: :data:`PARALLEL_AFTER`); each then may pop ``max_boxes`` boxes
+        and gets ``1 / threads`` of ``max_memory``. Default: 2, or 1 where the process
+        may use a single processor (:func:`~maps_core._memory.usable_cpus`). The answers
+        are the same in any number.
     """
 
     max_boxes: int = MAX_MIXED_POPS
@@ -833,7 +835,7 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
             raise budget.exceeded(int(counters[out_of[0], 4]), engine)
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
-            engine.pace.record(norm, int(counters[r, 2]), float(seconds[r]))
+            engine.pace.record(norm, int(counters[r, 2]), float(seconds[r]), PARALLEL_AFTER)
             if status[r] != ANSWERED and status[r] != BEST_FOUND:
                 continue
             kp, ev, po, hd, _ = counters[r].tolist()
@@ -873,14 +875,14 @@ def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOp
 def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
          budget: SearchBudget) -> tuple[Any, ...]:
     """:func:`~maps_core.lazy.best_first`'s outputs for the query ``q``, in
-    ``budget.threads`` parts at once once the maps' searches have proved long
-    (:data:`PARALLEL_AFTER`). Maps without mixed regions need none of its budgets, rounds
+    ``budget.threads`` parts at once once most of the maps' recent searches under its norm
+    were long (:data:`PARALLEL_AFTER`). Maps without mixed regions need none of its budgets, rounds
     or incumbents: the KD descent alone (:func:`~maps_core.lazy.certified_only`) answers,
     with fewer arrays to hand back."""
     if engine.has_mixed:
         guess = _guessing(opts)
         norm = opts.norm_code
-        n = budget.threads if q.k == 1 and engine.pace.boxes[norm] >= PARALLEL_AFTER else 1
+        n = budget.threads if q.k == 1 and engine.pace.long[norm] >= PARALLEL_SHARE else 1
         t0 = time.perf_counter()
         if n == 1:
             out = best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
@@ -890,7 +892,7 @@ def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
                              0, 1)
         else:
             out = _run_parts(engine, q, opts, budget, n, guess)
-        engine.pace.record(norm, out[9], time.perf_counter() - t0)
+        engine.pace.record(norm, out[9], time.perf_counter() - t0, PARALLEL_AFTER)
         return out
     lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
                                                        engine.kernel)
@@ -1036,6 +1038,7 @@ __all__ = [
     "MAX_MIXED_POPS",
     "MAX_THREADS",
     "PARALLEL_AFTER",
+    "PARALLEL_SHARE",
     "PARALLEL_ROWS",
     "PARALLEL_SECONDS",
     "SearchBudget",

@@ -48,8 +48,8 @@ def warm_up() -> float:
                 maps.counterfactuals(X[:4], max_seconds=max_seconds)
             if maps.engine.has_mixed:
                 # a search in two parts and a batch in two threads, as on maps whose
-                # searches have proved long
-                maps.engine.pace.boxes[:] = maps.engine.pace.seconds[:] = [1e9] * N_NORMS
+                # searches are long
+                maps.engine.pace.long[:] = maps.engine.pace.seconds[:] = [1e9] * N_NORMS
                 maps.counterfactual(X[0], threads=2)
                 maps.counterfactuals(X[:2 * PARALLEL_ROWS], threads=2)
             del maps  # the memory maps close before the directory goes

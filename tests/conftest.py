@@ -175,8 +175,8 @@ DEEPENING: dict[str, dict[str, object]] = {
     "many-rounds": {"DEEPEN_START": 1e-3, "DEEPEN_GROWTH": 1.2, "GUESS_FIRST": False},
     "unbounded": {"DEEPEN_START": np.inf, "DEEPEN_GROWTH": 1.5, "GUESS_FIRST": False},
     "hard": {"HARD_AFTER": 0},
-    "parallel": {"PARALLEL_AFTER": 0, "PARALLEL_SECONDS": 0.0, "default_threads": lambda: 3},
-    "parallel-rounds": {"PARALLEL_AFTER": 0, "default_threads": lambda: 2,
+    "parallel": {"PARALLEL_SHARE": 0.0, "PARALLEL_SECONDS": 0.0, "default_threads": lambda: 3},
+    "parallel-rounds": {"PARALLEL_SHARE": 0.0, "default_threads": lambda: 2,
                         "DEEPEN_START": 1e-3, "DEEPEN_GROWTH": 1.2, "GUESS_FIRST": False},
 }
 

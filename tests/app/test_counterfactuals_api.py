@@ -307,7 +307,7 @@ def test_query_threads_setting(service_factory: Any, rf: Fitted,
     """CFMAPS_QUERY_THREADS reaches the engine: with searches in parts however short, a
     service at 2 threads runs each instance's search in two parts and answers as one at
     1, which runs none in parts."""
-    monkeypatch.setattr(maps_core.query, "PARALLEL_AFTER", 0)
+    monkeypatch.setattr(maps_core.query, "PARALLEL_SHARE", 0.0)
     calls: list[int] = []
     real = maps_core.query._run_parts
     monkeypatch.setattr(maps_core.query, "_run_parts",

@@ -19,7 +19,7 @@ from tests.conftest import brute_force, region_end_points, synthetic
 @pytest.fixture
 def always_parts(monkeypatch):
     """Every search of k = 1 in parts, however short (the default waits for long ones)."""
-    monkeypatch.setattr(maps_core.query, "PARALLEL_AFTER", 0)
+    monkeypatch.setattr(maps_core.query, "PARALLEL_SHARE", 0.0)
 
 
 @pytest.fixture(scope="module")
@@ -119,30 +119,36 @@ def test_parts_keep_to_the_budgets(forest):
 
 
 def test_long_searches_switch_to_parts(forest, monkeypatch):
-    """A set of maps' searches under one norm run in one part until their running mean of
-    boxes reaches ``PARALLEL_AFTER``, then in ``threads`` parts; never with ``threads=1``
-    or ``k > 1``, nor under another norm whose searches are short."""
+    """A set of maps' searches under one norm run in one part until at least
+    ``PARALLEL_SHARE`` of the recent ones popped ``PARALLEL_AFTER`` boxes or more, then in
+    ``threads`` parts, and in one again once most are short; never with ``threads=1`` or
+    ``k > 1``, nor under another norm whose searches are short."""
     model, X, _, _ = forest
     maps = CounterfactualMaps.build(model, max_rectangles=5)  # a fresh pace
     calls = []
     real = maps_core.query._run_parts
     monkeypatch.setattr(maps_core.query, "_run_parts",
                         lambda *a: calls.append(a[4]) or real(*a))
-    monkeypatch.setattr(maps_core.query, "PARALLEL_AFTER", 30)
+    monkeypatch.setattr(maps_core.query, "PARALLEL_AFTER", 10)
     first = maps.counterfactual(X[0], threads=2)
     assert calls == [] and first.stats.regions_refined > 0
     pace = maps.engine.pace
-    assert pace.boxes[L1] == pytest.approx(first.stats.regions_refined * PACE_WEIGHT)
+    assert first.stats.regions_refined >= 10  # a long search: one of the last 16 or so
+    assert pace.long[L1] == pytest.approx(PACE_WEIGHT)
     assert 0 < pace.seconds[L1] <= first.stats.seconds * PACE_WEIGHT
-    assert pace.boxes[LINF] == pace.seconds[LINF] == 0
-    while pace.boxes[L1] < 30:
+    assert pace.long[LINF] == pace.seconds[LINF] == 0
+    while pace.long[L1] < 0.5:
         maps.counterfactual(X[0], threads=1, k=2)
-        pace.record(L1, 10_000, 1.0)  # as after long searches
+        pace.record(L1, 10_000, 1.0, 10)  # as after long searches
     assert calls == []
     maps.counterfactual(X[1], threads=1)
     maps.counterfactual(X[1], k=2, threads=2)
     maps.counterfactual(X[1], threads=2, norm="linf")
     assert calls == []
+    maps.counterfactual(X[1], threads=2)
+    assert calls == [2]
+    while pace.long[L1] >= 0.5:
+        pace.record(L1, 0, 1e-4, 10)  # as after short searches
     maps.counterfactual(X[1], threads=2)
     assert calls == [2]
 
