@@ -18,8 +18,14 @@ from tests.conftest import brute_force, region_end_points, synthetic
 
 @pytest.fixture
 def always_parts(monkeypatch):
-    """Every search of k = 1 in parts, however short (the default waits for long ones)."""
+    """Every search of k = 1 in parts, however short (the default waits for long ones);
+    the list of the searches run in parts (their numbers of parts)."""
     monkeypatch.setattr(maps_core.query, "PARALLEL_SHARE", 0.0)
+    calls: list[int] = []
+    real = maps_core.query._run_parts
+    monkeypatch.setattr(maps_core.query, "_run_parts",
+                        lambda *a: calls.append(a[4]) or real(*a))
+    return calls
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +38,9 @@ def forest():
                                                                                max_rectangles=5)
 
 
-@pytest.mark.usefixtures("always_parts")
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
 @pytest.mark.parametrize("threads", [2, 3, 5])
-def test_parts_give_the_answers_of_one(forest, norm, threads):
+def test_parts_give_the_answers_of_one(forest, norm, threads, always_parts):
     """In 2, 3 or 5 parts, every answer is one part's (same distance, bit for bit) and the
     complete maps', valid by the model up to its region's ends; the parts together search
     the regions (boxes are popped)."""
@@ -55,11 +60,11 @@ def test_parts_give_the_answers_of_one(forest, norm, threads):
             assert (model.predict(edges) == got.target).all()
         refined += got.stats.regions_refined
     assert refined > 0
+    assert always_parts == [threads] * 30
 
 
-@pytest.mark.usefixtures("always_parts")
 @pytest.mark.parametrize("norm", ["l1", "linf"])
-def test_parts_match_brute_force_with_a_target(norm):
+def test_parts_match_brute_force_with_a_target(norm, always_parts):
     """Three classes, a named target: the parts' distance is the infimum over the cells
     labelled by the model's own predict."""
     X, y = synthetic(3, 3, 5)
@@ -75,7 +80,7 @@ def test_parts_match_brute_force_with_a_target(norm):
         assert got.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
         assert model.predict(got.best.x[None])[0] == target
         checked += 1
-    assert checked == 12
+    assert checked == 12 and always_parts == [3] * 12
 
 
 @pytest.mark.usefixtures("always_parts")
