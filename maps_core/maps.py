@@ -354,7 +354,7 @@ class CounterfactualMaps:
             :data:`maps_core.query.PARALLEL_SECONDS` or more. The answers do not depend on
             it. Credit RF 100x5, l1: p50 18 -> 12 ms, p90 77 -> 39 ms in 2 threads on 2
             cores; use 1 where every processor is busy with other queries anyway. More
-            threads than processors only queue.
+            threads than processors only share them.
 
         Returns
         -------

@@ -782,11 +782,11 @@ def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, 
         n = max(1, min(budget.threads, A.shape[0] // PARALLEL_ROWS))
     held = budget.max_held(engine)
 
-    def run(sel: Any, held: int) -> tuple[np.ndarray, ...]:
+    def run(sel: Any, max_held: int) -> tuple[np.ndarray, ...]:
         return _batch(
             A[sel], cmins[sel], cmaxs[sel], tmasks[sel], cats[sel], opts.weights,
             opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
-            engine.forest, engine.cells, engine.kernel, budget.max_boxes, held,
+            engine.forest, engine.cells, engine.kernel, budget.max_boxes, max_held,
             budget.max_seconds, _first_radius(engine, opts), DEEPEN_GROWTH, DEEPEN_ROUNDS,
             budget.best_found, _guessing(opts), HARD_AFTER)
 
@@ -947,9 +947,13 @@ def _share_of(total: int, n: int, p: int) -> int:
 
 @functools.cache
 def _threads() -> ThreadPoolExecutor:
-    """The threads that run the other parts of a search (:func:`_run_parts`), started on
-    first use and shared by every query of the process."""
-    return ThreadPoolExecutor(max_workers=max(1, usable_cpus() - 1),
+    """The threads that run the other parts of a search (:func:`_run_parts`) and of a
+    batch (:func:`_batch_rows`), started on first use and shared by every query of the
+    process. As many as a service runs queries in (``min(32, processors + 4)``), not one
+    per processor: with fewer, a query's second part would queue behind another query's
+    long one while its first part had finished, instead of sharing the processors as
+    the queries' own threads do."""
+    return ThreadPoolExecutor(max_workers=min(32, usable_cpus() + 4),
                               thread_name_prefix="cfmaps-search")
 
 
