@@ -932,6 +932,9 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
 
     others = [_threads().submit(part, p) for p in range(1, n)]
     outs = [part(0)] + [f.result() for f in others]
+    # best_first's outputs: candidates and near-ties (0-6) concatenated, the counters
+    # (7-9) summed, the first status that is not COMPLETE (10), the incumbents (11-14)
+    # concatenated, the least lower bound (15) and the boxes held, summed (16)
     cat = np.concatenate
     status = next((o[10] for o in outs if o[10] != COMPLETE), COMPLETE)
     return (*(cat([o[j] for o in outs]) for j in range(7)),
