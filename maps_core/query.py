@@ -30,9 +30,10 @@ import functools
 import math
 import numbers
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numba import njit
@@ -793,8 +794,7 @@ def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, 
     if n == 1:
         return run(slice(None), held)
     sels = [np.arange(p, A.shape[0], n) for p in range(n)]
-    others = [_threads().submit(run, sels[p], _share_of(held, n, p)) for p in range(1, n)]
-    outs = [run(sels[0], _share_of(held, n, 0))] + [f.result() for f in others]
+    outs = _in_threads(lambda p: run(sels[p], _share_of(held, n, p)), n)
     merged = []
     for j, first in enumerate(outs[0]):
         out = np.empty((A.shape[0], *first.shape[1:]), dtype=first.dtype)
@@ -930,8 +930,7 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
                           DEEPEN_GROWTH, DEEPEN_ROUNDS, seconds, budget.best_found, False,
                           guess, HARD_AFTER, shared, p, n)
 
-    others = [_threads().submit(part, p) for p in range(1, n)]
-    outs = [part(0)] + [f.result() for f in others]
+    outs = _in_threads(part, n)
     # best_first's outputs: candidates and near-ties (0-6) concatenated, the counters
     # (7-9) summed, the first status that is not COMPLETE (10), the incumbents (11-14)
     # concatenated, the least lower bound (15) and the boxes held, summed (16)
@@ -941,6 +940,16 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
             *(sum(o[j] for o in outs) for j in (7, 8, 9)), status,
             *(cat([o[j] for o in outs]) for j in range(11, 15)),
             min(o[15] for o in outs), sum(o[16] for o in outs))
+
+
+T = TypeVar("T")
+
+
+def _in_threads(work: Callable[[int], T], n: int) -> list[T]:
+    """``[work(0), ..., work(n - 1)]``: ``work(0)`` in the calling thread, the others at
+    once on the pool (:func:`_threads`)."""
+    others = [_threads().submit(work, p) for p in range(1, n)]
+    return [work(0)] + [f.result() for f in others]
 
 
 def _share_of(total: int, n: int, p: int) -> int:
