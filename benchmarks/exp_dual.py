@@ -39,7 +39,13 @@ from sklearn.model_selection import train_test_split
 
 from benchmarks.common import SHARED
 from maps_core import CounterfactualMaps, load_csv
-from maps_core._bounds import bounds_workspace, interval_bound, sweep_bound, sweep_workspace
+from maps_core._bounds import (
+    ALL_CHANGED,
+    bounds_workspace,
+    interval_bound,
+    sweep_bound,
+    sweep_workspace,
+)
 from maps_core._dual import dual_bound, dual_workspace
 from maps_core._norms import L1
 from maps_core.lazy import clip_to_ball
@@ -217,7 +223,7 @@ def main() -> None:
                       for f in range(m) if gcol[f] < 0)
             lb, _, top_n, _, _, _, tfeat, _, rec = iws
             interval_bound(lo, hi, a, act, T, cs, kern.nf, kern.ncut, kern.nl, kern.nr,
-                           kern.nv, start, *iws)
+                           kern.nv, start, *iws, ALL_CHANGED)
             swept, _ = sweep_bound(lo, hi, a, act, T, cs, kern.nv, kern.nf, tfeat, top_n, rec,
                                    ce.coff, lb, sws, False, no_target, kern.tol, nlo, nhi)
             vals = ([swept] + [dual(lo, hi, a, x, bound, s, 0.0) for s in SWEEPS]

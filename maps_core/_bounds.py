@@ -109,9 +109,20 @@ def push_sides(stack, slo, shi, sp, left, right, a, b, cut):
     return sp
 
 
+#: ``chg`` of :func:`interval_bound` for a box none of whose trees' records may be reused.
+ALL_CHANGED = -1
+
+
+@njit(inline="always")
+def feature_bit(f):
+    """Bit of feature ``f`` in the masks of :func:`interval_bound` (features past 62
+    share bit 62: a shared bit only walks more trees)."""
+    return np.int64(1) << min(f, 62)
+
+
 @njit(**NO_NRT)
 def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, trange, top_n,
-               stack, mn, mx, tfeat, tmin, rec):
+                   stack, mn, mx, tfeat, tmin, rec, chg):
     """Interval bound of the margin of class ``a`` over the region ``lo..hi``.
 
     Only the trees ``act[:n_act]`` are visited, each from ``start[t]``; ``cs`` holds the base
@@ -128,15 +139,31 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
     leaves ``lnode[tleaf[t]:tleaf[t] + tnleaf[t]]`` with their cell intervals along the
     feature of ``top_n[t]`` (``llo``, ``lhi``; ``slo``, ``shi`` are DFS stacks). The
     leaf arrays need room for every leaf of the ensemble.
+    Each tree's walk also records ``tfm[t]`` (``rec[7]``), the bits
+    (:func:`feature_bit`) of the features its undecided nodes test, and ``rend`` (``rec[8]``,
+    shape (1,)) the end of the leaf records. When the box is a piece of the box last
+    bounded, for the same ``a``, that differs from it only by narrower cell ranges on the
+    features of the bits ``chg``, a tree none of whose undecided nodes tests one of those
+    features reaches the same leaves with the same intervals: its results and records are
+    left as they are, and only the other trees are walked again (their records appended).
+    Every output is then what a walk of all the trees gives, bit for bit (the bounds are
+    summed from ``tmin`` in the order of ``act`` either way). ``chg`` =
+    :data:`ALL_CHANGED` walks every tree.
+
     Returns min over b != a of lb[b].
     """
-    slo, shi, lnode, llo, lhi, tleaf, tnleaf = rec
+    slo, shi, lnode, llo, lhi, tleaf, tnleaf, tfm, rend = rec
     c = cs.shape[0]
-    n_rec = 0
-    for b in range(c):
-        lb[b] = cs[a] - cs[b]
+    if chg == ALL_CHANGED or rend[0] > lnode.shape[0] // 2:
+        chg = ALL_CHANGED
+        n_rec = 0  # records from the start (a walk of all trees fits in half of them)
+    else:
+        n_rec = rend[0]
     for i in range(n_act):
         t = act[i]
+        if chg != ALL_CHANGED and (tfm[t] & chg) == 0:
+            continue
+        fm = np.int64(0)
         for b in range(c):
             mn[b] = np.inf
             mx[b] = -np.inf
@@ -181,6 +208,7 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
                 go_l = lo[f] <= cut
                 go_r = hi[f] > cut
                 if go_l and go_r:
+                    fm |= feature_bit(f)
                     if top < 0:
                         # The only branching point above all others: intervals start here.
                         top = node
@@ -207,14 +235,21 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
         top_n[t] = top if top >= 0 else node  # constant tree: its only reachable leaf
         spread = 0.0
         for b in range(c):
-            if b != a:
-                lb[b] += mn[b]
-                if mx[b] - mn[b] > spread:
-                    spread = mx[b] - mn[b]
+            if b != a and mx[b] - mn[b] > spread:
+                spread = mx[b] - mn[b]
         trange[t] = spread
         tfeat[t] = feat if feat >= 0 else -1
+        tfm[t] = fm
         for b in range(c):
             tmin[t, b] = mn[b]
+    rend[0] = n_rec
+    for b in range(c):
+        lb[b] = cs[a] - cs[b]
+    for i in range(n_act):
+        t = act[i]
+        for b in range(c):
+            if b != a:
+                lb[b] += tmin[t, b]
     worst = np.inf
     for b in range(c):
         if b != a and lb[b] < worst:
@@ -241,10 +276,14 @@ def spread_sum(act, n_act, trange):
 def bounds_workspace(n_nodes, T, c, max_depth_nodes):
     """Per-tree outputs and leaf records (``tfeat``, ``tmin``, ``rec``) of :func:`interval_bound`."""
     d = max_depth_nodes
+    # leaf records: room for twice a walk of every tree (the walks that reuse records
+    # append theirs; see interval_bound)
+    n_leaf = 2 * n_nodes + 2
     rec = (np.zeros(d, dtype=np.int32), np.zeros(d, dtype=np.int32),
-           np.empty(n_nodes, dtype=np.int32), np.empty(n_nodes, dtype=np.int32),
-           np.empty(n_nodes, dtype=np.int32), np.empty(T, dtype=np.int32),
-           np.empty(T, dtype=np.int32))
+           np.empty(n_leaf, dtype=np.int32), np.empty(n_leaf, dtype=np.int32),
+           np.empty(n_leaf, dtype=np.int32), np.empty(T, dtype=np.int32),
+           np.empty(T, dtype=np.int32), np.zeros(T, dtype=np.int64),
+           np.zeros(1, dtype=np.int64))
     return np.empty(T, dtype=np.int32), np.empty((T, c)), rec
 
 
@@ -301,7 +340,7 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
     """
     diff, touched, seg, segmin, flow, run_b, amin, gap = sw
     gap[0] = -1
-    _, _, lnode, llo, lhi, tleaf, tnleaf = rec
+    _, _, lnode, llo, lhi, tleaf, tnleaf, _, _ = rec
     c = cs.shape[0]
     m = lo.shape[0]
     for b in range(c):
@@ -318,6 +357,13 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
         j_base = coff[f0] + f0
         q0 = tleaf[t]
         q1 = q0 + tnleaf[t]
+        if c == 2:
+            # Two classes: only the margin over the other class (a's margin over itself
+            # stays zero). On 39k boxes sampled from Credit RF 100x5 searches, the sweep's
+            # share of a box went 4.7 -> 4.2 us.
+            _project2(a, q0, q1, lnode, llo, lhi, nv, diff, j_base, hi[f0], tfeat[t] >= 0, seg,
+                      segmin)
+            continue
         if tfeat[t] >= 0:  # one-feature tree: its leaves tile the range along f0
             for q in range(q0, q1):
                 node = lnode[q]
@@ -331,22 +377,7 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
         # Projection: the leaves' interval starts cut the range into segments (every
         # interval end is followed by another leaf's start); on each segment, the minimum
         # over the leaves covering it.
-        n_seg = 0
-        for q in range(q0, q1):
-            v0 = llo[q]
-            pos = n_seg
-            dup = False
-            while pos > 0 and seg[pos - 1] >= v0:
-                if seg[pos - 1] == v0:
-                    dup = True
-                    break
-                pos -= 1
-            if dup:
-                continue
-            for r in range(n_seg, pos, -1):
-                seg[r] = seg[r - 1]
-            seg[pos] = v0
-            n_seg += 1
+        n_seg = _segment_starts(q0, q1, llo, seg)
         for r in range(n_seg):
             for b in range(c):
                 segmin[r, b] = np.inf
@@ -413,6 +444,64 @@ def sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec, coff, lb, 
     return worst, narrowed
 
 
+@njit(**NO_NRT)
+def _project2(a, q0, q1, lnode, llo, lhi, nv, diff, j_base, last, one_feature, seg, segmin):
+    """:func:`sweep_bound`'s projection of one tree, with two classes: its leaf records
+    ``q0..q1`` added to the differences ``diff[:, 1 - a]`` from row ``j_base`` (the
+    feature's cells, the last ``last``). A one-feature tree's leaves tile the range;
+    otherwise the leaves' interval starts cut it into segments (every interval end is
+    followed by another leaf's start), each at the least leaf covering it."""
+    b1 = 1 - a
+    if one_feature:
+        for q in range(q0, q1):
+            node = lnode[q]
+            v = nv[node, a] - nv[node, b1]
+            diff[j_base + llo[q], b1] += v
+            diff[j_base + lhi[q] + 1, b1] -= v
+        return
+    n_seg = _segment_starts(q0, q1, llo, seg)
+    for r in range(n_seg):
+        segmin[r, b1] = np.inf
+    for q in range(q0, q1):
+        node = lnode[q]
+        v = nv[node, a] - nv[node, b1]
+        l0 = llo[q]
+        l1 = lhi[q]
+        for r in range(n_seg):
+            sr = seg[r]
+            if sr > l1:
+                break
+            if sr >= l0 and v < segmin[r, b1]:
+                segmin[r, b1] = v
+    for r in range(n_seg):
+        j0 = j_base + seg[r]
+        j1 = j_base + (seg[r + 1] if r + 1 < n_seg else last + 1)
+        diff[j0, b1] += segmin[r, b1]
+        diff[j1, b1] -= segmin[r, b1]
+
+
+@njit(**NO_NRT)
+def _segment_starts(q0, q1, llo, seg):
+    """The distinct interval starts ``llo[q0:q1]``, sorted into ``seg``; returns how many."""
+    n_seg = 0
+    for q in range(q0, q1):
+        v0 = llo[q]
+        pos = n_seg
+        dup = False
+        while pos > 0 and seg[pos - 1] >= v0:
+            if seg[pos - 1] == v0:
+                dup = True
+                break
+            pos -= 1
+        if dup:
+            continue
+        for r in range(n_seg, pos, -1):
+            seg[r] = seg[r - 1]
+        seg[pos] = v0
+        n_seg += 1
+    return n_seg
+
+
 # A run of at least this many cells that hold no target point, inside the hull a box is
 # narrowed to, splits the narrowed box in two around it. Credit RF 100x5, 200 probe
 # queries, same distances: l1 0.95x the boxes, 0.89x the time, the slowest 2.2 -> 1.6 s;
@@ -475,10 +564,12 @@ def _take_cell(j, first, last, g0, g1):
 
 
 __all__ = [
+    "ALL_CHANGED",
     "GAP_MIN_CELLS",
     "SWEEP_REACH",
     "bounds_workspace",
     "decide",
+    "feature_bit",
     "interval_bound",
     "label_cell",
     "label_cell_leaves",

@@ -18,12 +18,24 @@ from .distance import NO_NRT
 def push(keys, vals, n, key, val):
     """Add ``key``, ``val`` to the heap of ``n`` entries (room for one more is the caller's
     job); returns the new size."""
+    return _push(keys, vals, n, key, val, False)
+
+
+@njit(**NO_NRT)
+def push_first(keys, vals, n, key, val):
+    """:func:`push` ahead of the entries of an equal key: popped next when ``key`` is no
+    larger than any other."""
+    return _push(keys, vals, n, key, val, True)
+
+
+@njit(inline="always")
+def _push(keys, vals, n, key, val, first):
     i = n
     keys[i] = key
     vals[i] = val
     while i > 0:
         p = (i - 1) // 2
-        if keys[p] <= keys[i]:
+        if keys[p] < keys[i] or (keys[p] == keys[i] and not first):
             break
         keys[p], keys[i] = keys[i], keys[p]
         vals[p], vals[i] = vals[i], vals[p]

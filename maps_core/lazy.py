@@ -61,8 +61,10 @@ import numpy as np
 from numba import njit
 
 from ._bounds import (
+    ALL_CHANGED,
     SWEEP_REACH,
     bounds_workspace,
+    feature_bit,
     interval_bound,
     label_cell,
     label_cell_leaves,
@@ -71,7 +73,18 @@ from ._bounds import (
     sweep_workspace,
 )
 from ._clock import clock
-from ._heap import grow, grow_to, is_kd, kd_entry, kd_node, kd_owner, pop, push, slot
+from ._heap import (
+    grow,
+    grow_to,
+    is_kd,
+    kd_entry,
+    kd_node,
+    kd_owner,
+    pop,
+    push,
+    push_first,
+    slot,
+)
 from ._incumbent import first_guess, polish_cell, with_polished
 from ._norms import L0, L1, L2, LINF, accumulate_radius, fold
 from .distance import NO_NRT, box_dist, gap_term, rect_dist
@@ -560,6 +573,16 @@ def _take_box(p_lo, p_hi, p_start, p_cs, s, lo, hi, start, act, cs, nf):
 
 
 @njit(**NO_NRT)
+def _changed(lo, hi, lo0, hi0, chg):
+    """``chg`` with the bits (:func:`~maps_core._bounds.feature_bit`) of the features
+    whose cell range ``lo..hi`` differs from ``lo0..hi0`` (shapes (m,))."""
+    for f in range(lo.shape[0]):
+        if lo[f] != lo0[f] or hi[f] != hi0[f]:
+            chg |= feature_bit(f)
+    return chg
+
+
+@njit(**NO_NRT)
 def _two_class_flip(a, worst, cs, act, n_act, tmin, trange, lb):
     """With two classes, the class nearer to certification: the lower bound of
     s1 - s0 = -(upper bound of s0 - s1) comes from the same walk (per tree, its minimum of
@@ -585,22 +608,22 @@ def _hopeless(tmask, lb, a, tol):
 
 
 @njit(**NO_NRT)
-def _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff, clow,
-                cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, s2, n_free, keys, vals, n,
-                start, cs, bound, a0, a1):
-    """Queue the box already written to slot ``s2``, with the given tree states, at its
-    own distance when that is below ``bound``; otherwise free the slot. Returns
-    (n, n_free)."""
+def _fill_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff, clow,
+               cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, s2, n_free, start, cs, bound,
+               a0, a1):
+    """The distance of the box already written to slot ``s2``, and the given tree states
+    written with it, when that is below ``bound``; otherwise the slot is freed and the
+    distance is ``inf``. Returns (distance, n_free)."""
     dd = rect_dist(s2, x, w, norm, cmin, cmax, integral, p_lo, p_hi, coff, clow, cupp, clcl,
                    cucl, bound, gcol, gstart, gcols, gcost, xcat, a0, a1)
     if dd >= bound:
         p_free[n_free] = s2
-        return n, n_free + 1
+        return np.inf, n_free + 1
     for t in range(start.shape[0]):
         p_start[s2, t] = start[t]
     for j in range(cs.shape[0]):
         p_cs[s2, j] = cs[j]
-    return push(keys, vals, n, dd, s2), n_free
+    return dd, n_free
 
 
 @njit(**NO_NRT)
@@ -610,7 +633,13 @@ def _queue_halves(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, 
     """Queue two pieces of the box ``lo..hi``, with the given tree states: along feature
     ``f``, its cells up to ``left_hi`` and from ``right_lo`` (a split when they are
     adjacent, a box less a run of cells otherwise), each at its own distance when that is
-    below ``bound`` (:func:`_queue_slot`). Returns (n, n_free, n_used)."""
+    below ``bound`` (:func:`_fill_slot`), the nearer ahead of equal keys
+    (:func:`~maps_core._heap.push_first`). Returns (n, n_free, n_used, the slot of the
+    nearer piece queued, -1 when neither was)."""
+    near = -1
+    near_d = np.inf
+    other = -1
+    other_d = np.inf
     for side in range(2):
         s2, n_free, n_used = slot(p_free, n_free, n_used)
         for ff in range(lo.shape[0]):
@@ -620,10 +649,19 @@ def _queue_halves(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, 
             p_hi[s2, f] = left_hi
         else:
             p_lo[s2, f] = right_lo
-        n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost,
+        dd, n_free = _fill_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost,
                                 xcat, coff, clow, cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs,
-                                p_free, s2, n_free, keys, vals, n, start, cs, bound, a0, a1)
-    return n, n_free, n_used
+                                p_free, s2, n_free, start, cs, bound, a0, a1)
+        if dd < near_d:
+            other, other_d = near, near_d
+            near, near_d = s2, dd
+        elif dd < np.inf:
+            other, other_d = s2, dd
+    if other >= 0:
+        n = push(keys, vals, n, other_d, other)
+    if near >= 0:
+        n = push_first(keys, vals, n, near_d, near)
+    return n, n_free, n_used, near
 
 
 @njit(**NO_NRT)
@@ -1022,6 +1060,12 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
     m = x.shape[0]
     c = base.shape[0]
     code = _DONE
+    # The box queued last that is a piece of the box bounded last (a split's nearer child,
+    # a narrowed box): when it is the next pop, as best-first makes likely, the interval
+    # bound walks again only the trees that test a feature whose range changed.
+    carry = -1
+    carry_chg = 0  # those features' bits (feature_bit)
+    carry_a = -1  # the class the box was bounded for
     while n > 0:
         _share(best, gbest, bound)
         if st[_PROBED]:
@@ -1048,6 +1092,8 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
             code = _OUT_OF_POPS
             break
         d, s, n = pop(keys, vals, n)
+        chg = carry_chg if s == carry else ALL_CHANGED
+        carry = -1
         if is_kd(s):
             kd_pops += 1
             nd = kd_node(s)
@@ -1072,6 +1118,8 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
         n_free += 1
         if best[k - 1] < np.inf:
             clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, best[k - 1])
+        if chg != ALL_CHANGED:  # the slot still holds the box before the clip
+            chg = _changed(lo, hi, p_lo[s], p_hi[s], chg)
         single = True
         for f in range(m):
             cell[f] = (lo[f] + hi[f]) // 2
@@ -1092,8 +1140,11 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
             elif tmask[a]:
                 n_c = _keep(best, c_lo, c_hi, c_lab, c_d, n_c, lo, hi, a, d)
             continue
+        if a != carry_a:
+            chg = ALL_CHANGED
         worst = interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
-                               trange, top_n, stack, mn, mx, tfeat, tmin, rec)
+                               trange, top_n, stack, mn, mx, tfeat, tmin, rec, chg)
+        a_walk = a
         if c == 2 and worst <= tol:
             a, worst = _two_class_flip(a, worst, cs, act, n_act, tmin, trange, lb)
         narrowed = False
@@ -1133,21 +1184,27 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
         # when a run of cells inside it holds none either (sw[7], see sweep_bound).
         if narrowed:
             gap = sw[7]
+            carry_a = a_walk
+            carry_chg = _changed(nlo, nhi, lo, hi, 0)
             if gap[0] >= 0:
-                n, n_free, n_used = _queue_halves(
+                n, n_free, n_used, carry = _queue_halves(
                     x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff,
                     clow, cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used,
                     keys, vals, n, start, cs, best[k - 1], a0, a1, nlo, nhi, gap[0],
                     gap[1] - 1, gap[2] + 1)
+                carry_chg |= feature_bit(gap[0])
                 continue
             s2, n_free, n_used = slot(p_free, n_free, n_used)
             for f in range(m):
                 p_lo[s2, f] = nlo[f]
                 p_hi[s2, f] = nhi[f]
-            n, n_free = _queue_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
+            dd, n_free = _fill_slot(x, w, norm, cmin, cmax, integral, gcol, gstart, gcols,
                                     gcost, xcat, coff, clow, cupp, clcl, cucl, p_lo, p_hi,
-                                    p_start, p_cs, p_free, s2, n_free, keys, vals, n, start,
-                                    cs, best[k - 1], a0, a1)
+                                    p_start, p_cs, p_free, s2, n_free, start, cs, best[k - 1],
+                                    a0, a1)
+            if dd < np.inf:
+                n = push_first(keys, vals, n, dd, s2)
+                carry = s2
             continue
         # -- split at one live tree's root-most undecided cut
         weight = trange
@@ -1160,10 +1217,12 @@ def _search_loop(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gcols
             n_t = _keep_tie(t_lo, t_hi, t_d, n_t, lo, hi, d)  # one score vector on the box
             continue
         cut = ncut[start[bt]]
-        n, n_free, n_used = _queue_halves(
+        n, n_free, n_used, carry = _queue_halves(
             x, w, norm, cmin, cmax, integral, gcol, gstart, gcols, gcost, xcat, coff, clow,
             cupp, clcl, cucl, p_lo, p_hi, p_start, p_cs, p_free, n_free, n_used, keys, vals, n,
             start, cs, best[k - 1], a0, a1, lo, hi, nf[start[bt]], cut, cut + 1)
+        carry_chg = feature_bit(nf[start[bt]])
+        carry_a = a_walk
     st[_QUEUED], st[_FREE], st[_USED] = n, n_free, n_used
     st[_CANDIDATES], st[_TIES] = n_c, n_t
     st[_POPS], st[_KD_POPS], st[_EVALUATED] = pops, kd_pops, evaluated

@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from ._bounds import (
+    ALL_CHANGED,
     SWEEP_REACH,
     bounds_workspace,
     interval_bound,
@@ -110,7 +111,7 @@ def _prove(lo0, hi0, a, budget, tol, act, n_act, cs, nf, ncut, nl, nr, nv, start
         hi = shi[sp].copy()
         nodes += 1
         worst = interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
-                               trange, top_n, stack, mn, mx, tfeat, tmin, rec)
+                               trange, top_n, stack, mn, mx, tfeat, tmin, rec, ALL_CHANGED)
         if worst > tol:
             continue
         # Split at the root-most undecided node of the most uncertain tree.
@@ -420,7 +421,7 @@ def _refine(root_lo, root_hi, max_regions, prove_budget, n_samples, seed, kern):
         else:
             # 2. certify by the interval bound, or failing that by the sweep bound
             worst = interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb,
-                                   trange, top_n, stack, mn, mx, tfeat, tmin, rec)
+                                   trange, top_n, stack, mn, mx, tfeat, tmin, rec, ALL_CHANGED)
             if worst <= tol and worst > -SWEEP_REACH * spread_sum(act, n_act, trange):
                 worst, _ = sweep_bound(lo, hi, a, act, n_act, cs, nv, nf, tfeat, top_n, rec,
                                        coff, lb, sw, False, tm_none, tol, nlo, nhi)

@@ -17,6 +17,7 @@ import pytest
 
 from maps_core import FeatureSchema, flatten_model
 from maps_core._bounds import (
+    ALL_CHANGED,
     GAP_MIN_CELLS,
     _target_hull,
     bounds_workspace,
@@ -58,11 +59,20 @@ class Bounds:
         cells = np.array(list(itertools.product(*[range(lo[f], hi[f] + 1) for f in range(M)])))
         return lo, hi, cells
 
-    def interval(self, lo, hi, a) -> tuple[float, np.ndarray]:
+    def interval(self, lo, hi, a, chg=ALL_CHANGED, ws=None) -> tuple[float, np.ndarray]:
+        """``chg``: see :func:`interval_bound`; ``ws`` another workspace than the sweep's."""
         k = self.kern
+        ws = self.ws if ws is None else ws
         w = interval_bound(lo, hi, a, self.act, len(self.act), k.base, k.nf, k.ncut, k.nl, k.nr,
-                       k.nv, k.roots, *self.ws)
-        return w, self.ws[0].copy()
+                           k.nv, k.roots, *ws, chg)
+        return w, ws[0].copy()
+
+    def workspace(self) -> tuple:
+        k = self.kern
+        T, c, d = k.roots.shape[0], k.base.shape[0], k.max_depth_nodes
+        return (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32),
+                np.empty(d, dtype=np.int32), np.empty(c), np.empty(c),
+                *bounds_workspace(k.nv.shape[0], T, c, d))
 
     def sweep(self, lo, hi, a, tmask=None) -> tuple[float, np.ndarray, bool]:
         """Right after :meth:`interval` on the same box (it reads its per-tree records)."""
@@ -99,6 +109,66 @@ def test_sweep_bound_is_sound_and_tighter(kind, n_classes):
         assert w2 == pytest.approx(min(lb2[b] for b in others))
         tighter += w2 > w1 + 1e-12
     assert tighter > 0  # the sweep does decide something the interval bound cannot
+
+
+def _tree_results(ws: tuple, act: np.ndarray) -> list[tuple]:
+    """Per tree of ``act``, everything the bounds read after :func:`interval_bound`: its
+    minima, spread, root-most undecided node, one feature and leaf records."""
+    _, trange, top_n, _, _, _, tfeat, tmin, rec = ws
+    lnode, llo, lhi, tleaf, tnleaf = rec[2:7]
+    out = []
+    for t in act:
+        q = slice(tleaf[t], tleaf[t] + tnleaf[t])
+        out.append((tmin[t].tobytes(), trange[t], top_n[t], tfeat[t], lnode[q].tolist(),
+                    llo[q].tolist(), lhi[q].tolist()))
+    return out
+
+
+@pytest.mark.parametrize("kind,n_classes", [("rf", 2), ("rf", 3), ("gb", 2), ("et", 2)])
+def test_interval_bound_walks_only_the_trees_a_piece_changes(kind, n_classes):
+    """On a piece of the box bounded last (a split, or narrower ranges on a few features,
+    as the search makes), walking only the trees that test a changed feature gives what a
+    walk of every tree gives, bit for bit, and the sweep after it too; over chains of
+    pieces long enough to fill the records and start them again."""
+    bnd = Bounds(kind, n_classes, seed=5)
+    k = bnd.kern
+    rng = np.random.default_rng(1)
+    fresh = bnd.workspace()
+    n = bnd.grid.n_cells
+    reused = walked = 0
+    for _ in range(60):
+        lo, hi = np.zeros(M, dtype=np.int32), (n - 1).astype(np.int32)
+        a = int(rng.integers(0, n_classes))
+        bnd.interval(lo, hi, a)
+        for _ in range(12):  # a chain of pieces, each of the box before
+            lo, hi = lo.copy(), hi.copy()
+            chg = 0
+            for f in rng.choice(M, size=int(rng.integers(1, 3)), replace=False):
+                if hi[f] > lo[f]:
+                    cut = int(rng.integers(lo[f], hi[f]))
+                    if rng.random() < 0.5:
+                        hi[f] = cut
+                    else:
+                        lo[f] = cut + 1
+                    chg |= 1 << int(f)
+            w1, lb1 = bnd.interval(lo, hi, a, chg)
+            w2, lb2 = bnd.interval(lo, hi, a, ws=fresh)
+            assert (w1, lb1.tobytes()) == (w2, lb2.tobytes())
+            assert _tree_results(bnd.ws, bnd.act) == _tree_results(fresh, bnd.act)
+            tfm = bnd.ws[8][7]
+            walked += sum(1 for t in bnd.act if tfm[t] & chg)
+            reused += sum(1 for t in bnd.act if not tfm[t] & chg)
+            # the sweep reads the records: the same bound and narrowing from both
+            tm = np.ones(n_classes, dtype=bool)
+            tm[a] = False
+            s1 = bnd.sweep(lo, hi, a, tm)
+            n1 = (bnd.nlo.copy(), bnd.nhi.copy())
+            lb_f, trange, top_n, _, _, _, tfeat, _, rec = fresh
+            s2 = sweep_bound(lo, hi, a, bnd.act, len(bnd.act), k.base, k.nv, k.nf, tfeat, top_n,
+                             rec, k.coff, lb_f, bnd.sw, True, tm, k.tol, bnd.nlo, bnd.nhi)
+            assert s1[0] == s2[0] and s1[1].tobytes() == lb_f.tobytes() and s1[2] == s2[1]
+            assert np.array_equal(n1[0], bnd.nlo) and np.array_equal(n1[1], bnd.nhi)
+    assert reused > walked > 0  # most trees are reused, and some are walked again
 
 
 def _check_narrowing(kind: str, n_classes: int) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from maps_core import FeatureSchema, flatten_model
-from maps_core._bounds import bounds_workspace, interval_bound
+from maps_core._bounds import ALL_CHANGED, bounds_workspace, interval_bound
 from maps_core._dual import dual_bound, dual_workspace
 from maps_core._norms import L1, L2
 from maps_core.grid import Grid
@@ -95,7 +95,7 @@ def test_no_sweep_is_the_interval_bound(kind, seed):
         lo, hi, _ = d.random_box(rng, 6)
         a = int(rng.integers(2))
         interval_bound(lo, hi, a, d.act, T, k.base, k.nf, k.ncut, k.nl, k.nr, k.nv, k.roots,
-                       *ws)
+                       *ws, ALL_CHANGED)
         assert d.bound(lo, hi, a, 0) == pytest.approx(ws[0][1 - a], abs=1e-12)
 
 
