@@ -140,23 +140,25 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
     feature of ``top_n[t]`` (``llo``, ``lhi``; ``slo``, ``shi`` are DFS stacks). The
     leaf arrays need room for every leaf of the ensemble.
     Each tree's walk also records ``tfm[t]`` (``rec[7]``), the bits
-    (:func:`feature_bit`) of the features its undecided nodes test, and ``rend`` (``rec[8]``,
-    shape (1,)) the end of the leaf records. When the box is a piece of the box last
+    (:func:`feature_bit`) of the features its undecided nodes test, and ``rend[0]``
+    (``rec[8]``, shape (2,)) the end of the leaf records. When the box is a piece of the box last
     bounded, for the same ``a``, that differs from it only by narrower cell ranges on the
     features of the bits ``chg``, a tree none of whose undecided nodes tests one of those
     features reaches the same leaves with the same intervals: its results and records are
     left as they are, and only the other trees are walked again (their records appended).
     Every output is then what a walk of all the trees gives, bit for bit (the bounds are
     summed from ``tmin`` in the order of ``act`` either way). ``chg`` =
-    :data:`ALL_CHANGED` walks every tree.
+    :data:`ALL_CHANGED` walks every tree, and so does any ``chg`` once the records end
+    past ``rend[1]``, where the other trees' might not fit (-1 in a workspace made without
+    room for them, see :func:`bounds_workspace`).
 
     Returns min over b != a of lb[b].
     """
     slo, shi, lnode, llo, lhi, tleaf, tnleaf, tfm, rend = rec
     c = cs.shape[0]
-    if chg == ALL_CHANGED or rend[0] > lnode.shape[0] // 2:
+    if chg == ALL_CHANGED or rend[0] > rend[1]:
         chg = ALL_CHANGED
-        n_rec = 0  # records from the start (a walk of all trees fits in half of them)
+        n_rec = 0  # records from the start
     else:
         n_rec = rend[0]
     for i in range(n_act):
@@ -273,17 +275,20 @@ def spread_sum(act, n_act, trange):
 
 
 @njit(cache=True, nogil=True)
-def bounds_workspace(n_nodes, T, c, max_depth_nodes):
-    """Per-tree outputs and leaf records (``tfeat``, ``tmin``, ``rec``) of :func:`interval_bound`."""
+def bounds_workspace(n_nodes, T, c, max_depth_nodes, reuse=False):
+    """Per-tree outputs and leaf records (``tfeat``, ``tmin``, ``rec``) of
+    :func:`interval_bound`, for an ensemble of ``n_nodes`` nodes in ``T`` trees. A walk of
+    every tree records at most one entry per node. With ``reuse``, the records have room
+    for the walks that keep other trees' records and append theirs (``chg``); without
+    (a build's), every walk is a walk of all trees, in half the memory."""
     d = max_depth_nodes
-    # leaf records: room for twice a walk of every tree (the walks that reuse records
-    # append theirs; see interval_bound)
-    n_leaf = 2 * n_nodes + 2
+    n_leaf = 2 * n_nodes + 2 if reuse else n_nodes
     rec = (np.zeros(d, dtype=np.int32), np.zeros(d, dtype=np.int32),
            np.empty(n_leaf, dtype=np.int32), np.empty(n_leaf, dtype=np.int32),
            np.empty(n_leaf, dtype=np.int32), np.empty(T, dtype=np.int32),
            np.empty(T, dtype=np.int32), np.zeros(T, dtype=np.int64),
-           np.zeros(1, dtype=np.int64))
+           # the records' end, and the last end a walk of some trees may start from
+           np.array([0, n_nodes + 1 if reuse else -1], dtype=np.int64))
     return np.empty(T, dtype=np.int32), np.empty((T, c)), rec
 
 

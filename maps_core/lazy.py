@@ -908,7 +908,7 @@ def _bounded_search(x, w, norm, cmin, cmax, integral, tmask, k, gcol, gstart, gc
     mx = np.empty(c)
     shared = np.zeros(coff[-1] + 1)  # summed spread per cut (cell boundary index)
     sw = sweep_workspace(coff, m, c, max_depth_nodes)
-    tfeat, tmin, rec = bounds_workspace(nv.shape[0], T, c, max_depth_nodes)
+    tfeat, tmin, rec = bounds_workspace(nv.shape[0], T, c, max_depth_nodes, True)
     lo = np.empty(m, dtype=np.int32)
     hi = np.empty(m, dtype=np.int32)
     nlo = np.empty(m, dtype=np.int32)

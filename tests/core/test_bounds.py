@@ -46,7 +46,7 @@ class Bounds:
         T, c, d = k.roots.shape[0], k.base.shape[0], k.max_depth_nodes
         self.ws = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32),
                    np.empty(d, dtype=np.int32), np.empty(c), np.empty(c),
-                   *bounds_workspace(k.nv.shape[0], T, c, d))
+                   *bounds_workspace(k.nv.shape[0], T, c, d, True))
         self.sw = sweep_workspace(k.coff, M, c, d)
         self.act = np.arange(T, dtype=np.int32)
         self.nlo, self.nhi = np.empty(M, dtype=np.int32), np.empty(M, dtype=np.int32)
@@ -72,7 +72,7 @@ class Bounds:
         T, c, d = k.roots.shape[0], k.base.shape[0], k.max_depth_nodes
         return (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32),
                 np.empty(d, dtype=np.int32), np.empty(c), np.empty(c),
-                *bounds_workspace(k.nv.shape[0], T, c, d))
+                *bounds_workspace(k.nv.shape[0], T, c, d, True))
 
     def sweep(self, lo, hi, a, tmask=None) -> tuple[float, np.ndarray, bool]:
         """Right after :meth:`interval` on the same box (it reads its per-tree records)."""
@@ -135,7 +135,8 @@ def test_interval_bound_walks_only_the_trees_a_piece_changes(kind, n_classes):
     rng = np.random.default_rng(1)
     fresh = bnd.workspace()
     n = bnd.grid.n_cells
-    reused = walked = 0
+    reused = walked = restarts = 0
+    rend = bnd.ws[8][8]
     for _ in range(60):
         lo, hi = np.zeros(M, dtype=np.int32), (n - 1).astype(np.int32)
         a = int(rng.integers(0, n_classes))
@@ -151,7 +152,9 @@ def test_interval_bound_walks_only_the_trees_a_piece_changes(kind, n_classes):
                     else:
                         lo[f] = cut + 1
                     chg |= 1 << int(f)
+            end = rend[0]
             w1, lb1 = bnd.interval(lo, hi, a, chg)
+            restarts += rend[0] < end  # the records were full: every tree walked again
             w2, lb2 = bnd.interval(lo, hi, a, ws=fresh)
             assert (w1, lb1.tobytes()) == (w2, lb2.tobytes())
             assert _tree_results(bnd.ws, bnd.act) == _tree_results(fresh, bnd.act)
@@ -169,6 +172,7 @@ def test_interval_bound_walks_only_the_trees_a_piece_changes(kind, n_classes):
             assert s1[0] == s2[0] and s1[1].tobytes() == lb_f.tobytes() and s1[2] == s2[1]
             assert np.array_equal(n1[0], bnd.nlo) and np.array_equal(n1[1], bnd.nhi)
     assert reused > walked > 0  # most trees are reused, and some are walked again
+    assert restarts > 0
 
 
 def _check_narrowing(kind: str, n_classes: int) -> int:
