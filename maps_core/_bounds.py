@@ -135,22 +135,21 @@ def interval_bound(lo, hi, a, act, n_act, cs, nf, ncut, nl, nr, nv, start, lb, t
     It also records, per tree: ``tmin[t, b]``, its own minimum of the margin (plus
     ``trange[t]``, its maximum when there are two classes); and for :func:`sweep_bound`
     ``tfeat[t]``, the one feature all its undecided nodes test (-1 if none or several),
-    and in ``rec`` = (slo, shi, lnode, llo, lhi, tleaf, tnleaf) its reachable
+    and in ``rec`` = (slo, shi, lnode, llo, lhi, tleaf, tnleaf, tfm, rend) its reachable
     leaves ``lnode[tleaf[t]:tleaf[t] + tnleaf[t]]`` with their cell intervals along the
-    feature of ``top_n[t]`` (``llo``, ``lhi``; ``slo``, ``shi`` are DFS stacks). The
-    leaf arrays need room for every leaf of the ensemble.
-    Each tree's walk also records ``tfm[t]`` (``rec[7]``), the bits
-    (:func:`feature_bit`) of the features its undecided nodes test, and ``rend[0]``
-    (``rec[8]``, shape (2,)) the end of the leaf records. When the box is a piece of the box last
-    bounded, for the same ``a``, that differs from it only by narrower cell ranges on the
-    features of the bits ``chg``, a tree none of whose undecided nodes tests one of those
-    features reaches the same leaves with the same intervals: its results and records are
-    left as they are, and only the other trees are walked again (their records appended).
-    Every output is then what a walk of all the trees gives, bit for bit (the bounds are
-    summed from ``tmin`` in the order of ``act`` either way). ``chg`` =
-    :data:`ALL_CHANGED` walks every tree, and so does any ``chg`` once the records end
-    past ``rend[1]``, where the other trees' might not fit (-1 in a workspace made without
-    room for them, see :func:`bounds_workspace`).
+    feature of ``top_n[t]`` (``llo``, ``lhi``; ``slo``, ``shi`` are DFS stacks; the leaf
+    arrays come from :func:`bounds_workspace`), the bits (:func:`feature_bit`) of the
+    features its undecided nodes test (``tfm[t]``) and, in ``rend[0]``, the records' end.
+
+    When the box is a piece of the box last bounded, for the same ``a``, that differs from
+    it only by narrower cell ranges on the features of the bits ``chg``, a tree none of
+    whose undecided nodes tests one of those features reaches the same leaves with the
+    same intervals: its results and records are left as they are, and only the other trees
+    are walked again (their records appended). Every output is then what a walk of all the
+    trees gives, bit for bit (the bounds are summed from ``tmin`` in the order of ``act``
+    either way). ``chg`` = :data:`ALL_CHANGED` walks every tree, and so does any ``chg``
+    once the records end past ``rend[1]``, where the other trees' might not fit (-1 in a
+    workspace made without room for them, see :func:`bounds_workspace`).
 
     Returns min over b != a of lb[b].
     """
