@@ -2,17 +2,20 @@
 force of ``tests/core/test_constraints``.
 
 Each seed trains a random forest, extra trees or gradient boosting (2-3 classes, 3-29
-trees, depth 2-5) on that module's mixed-type data (integers, a binary, with or without a
-one-hot group), builds maps stopped after 2-200 rectangles (so most keep mixed regions)
-and asks four queries (three rows and a random legal point) with a random norm (l1, l2,
-linf), constraint kind, target and weights, each twice: with the guessed first bound
-(``maps_core.query.GUESS_FIRST``) and without. ``check_result`` checks the distance
-against the brute force's optimum, the answer's validity with the model's own
-``predict``, its region and its constraints. Run from the repository's root (it imports the tests package)::
+trees, depth 2-5; with ``KINDS``, also XGBoost, XGBoost's random forest, LightGBM and
+HistGradientBoosting, each read with its own split rule) on that module's mixed-type
+data (integers, a binary, with or without a one-hot group), builds maps stopped after
+2-200 rectangles (so most keep mixed regions) and asks four queries (three rows and a
+random legal point) with a random norm (l1, l2, linf), constraint kind, target and
+weights, each twice: with the guessed first bound (``maps_core.query.GUESS_FIRST``) and
+without. ``check_result`` checks the distance against the brute force's optimum, the
+answer's validity with the model's own ``predict``, its region and its constraints. Run
+from the repository's root (it imports the tests package)::
 
-    PYTHONPATH=. python scripts/fuzz_mixed.py SEED SECONDS      # e.g. 600000 1500
+    PYTHONPATH=. python scripts/fuzz_mixed.py SEED SECONDS [KINDS]   # e.g. 600000 1500
 
-It prints a line per failure and a summary; it exits 1 if anything failed.
+``KINDS`` is a comma-separated list among rf, gb, et, xgb, xgbrf, lgbm, hgb (default
+``rf,gb,et``). It prints a line per failure and a summary; it exits 1 if anything failed.
 """
 
 from __future__ import annotations
@@ -20,8 +23,15 @@ from __future__ import annotations
 import sys
 import time
 
+import lightgbm as lgb
 import numpy as np
-from sklearn.ensemble import ExtraTreesClassifier, GradientBoostingClassifier, RandomForestClassifier
+import xgboost as xgb
+from sklearn.ensemble import (
+    ExtraTreesClassifier,
+    GradientBoostingClassifier,
+    HistGradientBoostingClassifier,
+    RandomForestClassifier,
+)
 
 import maps_core.query
 from maps_core import CounterfactualMaps
@@ -36,11 +46,24 @@ from tests.core.test_constraints import (
     random_options,
     schema_of,
 )
+from tests.library_splits import engine_model
 
 
-def _model(rng: np.random.Generator, seed: int):
-    kind = str(rng.choice(["rf", "gb", "et"]))
+def _model(rng: np.random.Generator, seed: int, kinds: list[str]):
+    kind = str(rng.choice(kinds))
     trees, depth = int(rng.integers(3, 30)), int(rng.integers(2, 6))
+    if kind == "xgb":
+        return xgb.XGBClassifier(n_estimators=max(2, trees // 3), max_depth=depth,
+                                 learning_rate=float(rng.uniform(0.1, 1.0)), random_state=seed)
+    if kind == "xgbrf":
+        return xgb.XGBRFClassifier(n_estimators=trees, max_depth=depth, random_state=seed)
+    if kind == "lgbm":
+        return lgb.LGBMClassifier(n_estimators=max(2, trees // 3), num_leaves=2**depth,
+                                  min_child_samples=int(rng.integers(2, 20)), verbose=-1,
+                                  random_state=seed)
+    if kind == "hgb":
+        return HistGradientBoostingClassifier(max_iter=max(2, trees // 3), max_depth=depth,
+                                              random_state=seed)
     if kind == "rf":
         return RandomForestClassifier(n_estimators=trees, max_depth=depth, random_state=seed)
     if kind == "et":
@@ -49,17 +72,17 @@ def _model(rng: np.random.Generator, seed: int):
                                       random_state=seed)
 
 
-def main(seed0: int, seconds: float) -> int:
+def main(seed0: int, seconds: float, kinds: list[str]) -> int:
     stop = time.time() + seconds
     models = mixed = checks = failures = 0
     seed = seed0
     while time.time() < stop:
         rng = np.random.default_rng(seed)
-        model = _model(rng, seed)
+        model = _model(rng, seed, kinds)
         cols = GROUPED if rng.random() < 0.5 else PLAIN
         X, y = make_data(cols, int(rng.choice([2, 3])), seed)
         model.fit(X, y)
-        maps = CounterfactualMaps.build(model, schema_of(cols),
+        maps = CounterfactualMaps.build(engine_model(model), schema_of(cols),
                                         max_rectangles=int(rng.integers(2, 200)))
         suite = Suite(model, X, cols, maps, BruteForce(model, cols))
         models += 1
@@ -88,4 +111,5 @@ def main(seed0: int, seconds: float) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]), float(sys.argv[2])))
+    sys.exit(main(int(sys.argv[1]), float(sys.argv[2]),
+                  sys.argv[3].split(",") if len(sys.argv) > 3 else ["rf", "gb", "et"]))

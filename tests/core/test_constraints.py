@@ -26,6 +26,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import BudgetExceededError, CounterfactualMaps, Feature, FeatureSchema
 from tests.conftest import f32_floor, f32_real_boundary, raw_thresholds
+from tests.library_splits import split_values
 
 NORMS = ["l1", "l2", "linf", "l0"]
 OPTIONS = ["none", "immutable", "direction", "bounds", "combined"]
@@ -152,26 +153,33 @@ class BruteForce:
     def __init__(self, model: Any, cols: list[Col]) -> None:
         self.model, self.cols = model, cols
         m = len(cols)
+        values, self.view = split_values(model, m)
         lows, highs, lo_open, hi_open, reps = [], [], [], [], []
         for f, col in enumerate(cols):
-            c = np.unique(f32_floor(raw_thresholds(model, f)))
+            c = values[f]
             lo, hi = col.domain()
             if col.integral:
                 # x <= t is x <= floor(t) on integers: cells without an integer merge away
                 c = np.unique(np.floor(c))
                 c = c[(c >= lo) & (c < hi)]
                 bnd, left_owns = c, np.ones(c.size, dtype=bool)
-                last = c[-1:] + 1
+                rep = np.concatenate([c, c[-1:] + 1])
+            elif self.view == "float64":
+                # x <= t: the cells are (t_j-1, t_j]; points strictly inside label them (a
+                # closed end may be read otherwise: LightGBM reads |x| <= 1e-35 as 0)
+                bnd, left_owns = c, np.ones(c.size, dtype=bool)
+                pad = np.maximum(1.0, np.abs(c[[0, -1]])) if c.size else np.zeros(2)
+                rep = np.concatenate([c[:1] - pad[0], (c[:-1] + c[1:]) / 2.0, c[-1:] + pad[1]])
             else:
                 bnd = f32_real_boundary(c)
                 left_owns = bnd.astype(np.float32).astype(np.float64) == c
-                last = next32(c[-1:])
+                # c (float32 values) lie strictly inside their real cells
+                rep = np.concatenate([c, next32(c[-1:])])
             lows.append(np.concatenate([[-np.inf], bnd + 1.0 if col.integral else bnd]))
             highs.append(np.concatenate([bnd, [np.inf]]))
             lo_open.append(np.concatenate([[False], left_owns & ~col.integral]))
             hi_open.append(np.concatenate([~left_owns, [False]]))
-            # c (float32 values) lie strictly inside their real cells
-            reps.append(np.concatenate([c, last]) if c.size else np.clip([0.0], lo, hi))
+            reps.append(rep if c.size else np.clip([0.0], lo, hi))
         idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
         self.lo = np.column_stack([lows[f][idx[:, f]] for f in range(m)])
         self.hi = np.column_stack([highs[f][idx[:, f]] for f in range(m)])
@@ -294,13 +302,16 @@ def point_cost(bf: BruteForce, x: np.ndarray, p: np.ndarray, w: np.ndarray, norm
     return float(t.max(initial=0.0))
 
 
-def region_ends(region: Any, f: int, x_f: float, integral: bool) -> tuple[float, float]:
-    """Smallest and largest values of feature ``f`` that the region holds (finite)."""
+def region_ends(region: Any, f: int, x_f: float, integral: bool,
+                view: str = "float32") -> tuple[float, float]:
+    """Smallest and largest values of feature ``f`` that the region holds (finite); an open
+    end steps inwards to the next value of the model's view (``"float32"`` or
+    ``"float64"``)."""
     lo, hi = float(region.lower[f]), float(region.upper[f])
     if np.isfinite(lo) and not region.lower_closed[f]:
-        lo = lo + 1 if integral else float(next32(lo))
+        lo = lo + 1 if integral else float(next32(lo) if view == "float32" else np.nextafter(lo, np.inf))
     if np.isfinite(hi) and not region.upper_closed[f]:
-        hi = hi - 1 if integral else float(prev32(hi))
+        hi = hi - 1 if integral else float(prev32(hi) if view == "float32" else np.nextafter(hi, -np.inf))
     if not np.isfinite(lo):
         lo = (hi if np.isfinite(hi) else x_f) - FAR
     if not np.isfinite(hi):
@@ -313,7 +324,7 @@ def legal_points_of_region(bf: BruteForce, region: Any, x: np.ndarray, rng: np.r
     """Every corner of the region (each end of each feature, every reachable category of
     each group) and ``n_random`` random legal points inside it."""
     m = len(bf.cols)
-    ends = [region_ends(region, f, x[f], bf.integral[f]) for f in range(m)]
+    ends = [region_ends(region, f, x[f], bf.integral[f], bf.view) for f in range(m)]
     plain = [f for f in range(m) if not bf.in_group[f]]
     choices: list[list[tuple[list[int], list[float]]]] = []
     for f in plain:

@@ -1,0 +1,127 @@
+"""Each model library's splits, read from the library's own objects (no maps_core code),
+for the independent brute forces of the tests and of ``scripts/fuzz_mixed.py``.
+
+A split sends x left by one of three rules (README, "Split semantics"):
+
+* ``"float32<="``: scikit-learn's trees, ``float32(x) <= t`` with a float64 ``t``;
+* ``"float32<"``: XGBoost, ``float32(x) < t`` with a float32 ``t``;
+* ``"float64<="``: LightGBM and HistGradientBoosting, ``x <= t`` in float64.
+
+:func:`split_values` gives, per feature, the *last value sent left* of each split in the
+view the rule compares in (a float32 for the first two rules, the float64 threshold for
+the third) and the view itself. On the real line, a float32 view changes sides halfway to
+the next float32 (owned by the side its own rounding goes to), a float64 view at the value
+itself (owned by the left side). On integers, the last integer sent left is the floor of
+that value.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+
+def _f32_floor(t: np.ndarray) -> np.ndarray:
+    """Largest float32 ``<= t``, as float64."""
+    f = np.asarray(t, dtype=np.float64).astype(np.float32)
+    up = f.astype(np.float64) > t
+    f[up] = np.nextafter(f[up], np.float32(-np.inf))
+    return f.astype(np.float64)
+
+
+def _xgboost_thresholds(model: Any, m: int) -> list[np.ndarray]:
+    doc = json.loads(bytes(model.get_booster().save_raw("json")))
+    per: list[list[float]] = [[] for _ in range(m)]
+    for tree in doc["learner"]["gradient_booster"]["model"]["trees"]:
+        left = np.asarray(tree["left_children"])
+        feat = np.asarray(tree["split_indices"])
+        cond = np.asarray(tree["split_conditions"], dtype=np.float64)
+        for f, c in zip(feat[left >= 0], cond[left >= 0], strict=True):
+            per[int(f)].append(float(c))
+    return [np.asarray(v, dtype=np.float64) for v in per]
+
+
+def _lightgbm_thresholds(model: Any, m: int) -> list[np.ndarray]:
+    per: list[list[float]] = [[] for _ in range(m)]
+
+    def walk(node: dict[str, Any]) -> None:
+        if "split_feature" not in node:
+            return
+        assert node.get("decision_type", "<=") == "<=", node.get("decision_type")
+        per[int(node["split_feature"])].append(float(node["threshold"]))
+        walk(node["left_child"])
+        walk(node["right_child"])
+
+    for tree in model.booster_.dump_model()["tree_info"]:
+        walk(tree["tree_structure"])
+    return [np.asarray(v, dtype=np.float64) for v in per]
+
+
+def _hist_gb_thresholds(model: Any, m: int) -> list[np.ndarray]:
+    per: list[list[np.ndarray]] = [[] for _ in range(m)]
+    for stage in model._predictors:  # noqa: SLF001 (the fitted trees; no public accessor)
+        for predictor in stage:
+            nodes = predictor.nodes
+            split = nodes["is_leaf"] == 0
+            for f in range(m):
+                per[f].append(nodes["num_threshold"][split & (nodes["feature_idx"] == f)])
+    return [np.concatenate(v) if v else np.zeros(0) for v in per]
+
+
+def _sklearn_thresholds(model: Any, m: int) -> list[np.ndarray]:
+    ests = getattr(model, "estimators_", None)
+    trees = [model] if ests is None else list(np.ravel(ests))
+    out = []
+    for f in range(m):
+        ts = [est.tree_.threshold[(est.tree_.children_left >= 0) & (est.tree_.feature == f)]
+              for est in trees]
+        out.append(np.concatenate(ts) if ts else np.zeros(0))
+    return out
+
+
+def split_rule(model: Any) -> str:
+    """The library's split rule: ``"float32<="``, ``"float32<"`` or ``"float64<="``."""
+    module = type(model).__module__
+    if module.startswith("xgboost"):
+        return "float32<"
+    if module.startswith("lightgbm") or type(model).__name__.startswith("HistGradientBoosting"):
+        return "float64<="
+    return "float32<="
+
+
+def split_values(model: Any, m: int) -> tuple[list[np.ndarray], str]:
+    """Per feature, the sorted distinct last values sent left by the model's splits (each
+    in the rule's view: see the module docstring), and that view (``"float32"`` or
+    ``"float64"``)."""
+    rule = split_rule(model)
+    module = type(model).__module__
+    if module.startswith("xgboost"):
+        raw = _xgboost_thresholds(model, m)
+        # float32(x) < t: the last float32 sent left is the one below t
+        vals = [np.nextafter(t.astype(np.float32), np.float32(-np.inf)).astype(np.float64)
+                for t in raw]
+    elif module.startswith("lightgbm"):
+        vals = _lightgbm_thresholds(model, m)
+    elif rule == "float64<=":
+        vals = _hist_gb_thresholds(model, m)
+    else:
+        vals = [_f32_floor(t) for t in _sklearn_thresholds(model, m)]
+    return [np.unique(v) for v in vals], ("float64" if rule == "float64<=" else "float32")
+
+
+def engine_model(model: Any) -> Any:
+    """What ``CounterfactualMaps.build`` takes for a fitted model: scikit-learn objects as
+    they are; XGBoost and LightGBM models through their saved files, as the service reads
+    them."""
+    module = type(model).__module__
+    if module.startswith("xgboost"):
+        from maps_core.adapters.xgboost_json import parse_xgboost
+
+        return parse_xgboost(bytes(model.get_booster().save_raw("json")))
+    if module.startswith("lightgbm"):
+        from maps_core.adapters.lightgbm_text import parse_lightgbm
+
+        return parse_lightgbm(model.booster_.model_to_string())
+    return model
