@@ -14,8 +14,10 @@ import itertools
 
 import numpy as np
 import pytest
+from sklearn.datasets import make_classification
+from sklearn.ensemble import RandomForestClassifier
 
-from maps_core import FeatureSchema, flatten_model
+from maps_core import CounterfactualMaps, FeatureSchema, flatten_model
 from maps_core._bounds import (
     ALL_CHANGED,
     GAP_MIN_CELLS,
@@ -25,9 +27,10 @@ from maps_core._bounds import (
     sweep_bound,
     sweep_workspace,
 )
+from maps_core._norms import L1
 from maps_core.distance import rect_dist
 from maps_core.grid import Grid
-from maps_core.lazy import clip_to_ball, reachable_cells
+from maps_core.lazy import PSEUDO_COST_RELIABLE, _split_cut, clip_to_ball, reachable_cells
 from maps_core.partition import Kernel
 from tests.conftest import fit
 
@@ -330,3 +333,50 @@ def test_reachable_cells_keep_every_cell_the_constraints_admit():
                     assert klo[f] <= j <= khi[f], (f, j, cmin[f], cmax[f])
             dropped += n_f - (khi[f] - klo[f] + 1)
     assert dropped > 0  # the check is not vacuous
+
+
+def test_pseudo_costs_steer_the_cut():
+    """A cut is scored by its far side's distance gain times the summed weight of the
+    trees at it. Once seen ``PSEUDO_COST_RELIABLE`` times in a round, that weight is
+    scaled by the mean share of it that the nearer child's bound gained there (never
+    below ``PSEUDO_COST_FLOOR``): a cut that never gained is passed over for another, one
+    that gained its whole weight keeps its place, every cut scaled alike keeps the plain
+    order, and with fewer observations, or before the search is hard (``use_pcost``
+    off), the choice is the plain one."""
+    X, y = make_classification(n_samples=300, n_features=M, n_informative=3, n_redundant=0,
+                               random_state=2)
+    model = RandomForestClassifier(n_estimators=12, max_depth=4, random_state=2).fit(X, y)
+    eng = CounterfactualMaps.build(model).engine
+    k, (coff, clow, cupp, _, _) = eng.kernel, eng.cells
+    T, c, d = k.roots.shape[0], k.base.shape[0], k.max_depth_nodes
+    ws = (np.empty(c), np.empty(T), np.empty(T, dtype=np.int32), np.empty(d, dtype=np.int32),
+          np.empty(c), np.empty(c), *bounds_workspace(k.nv.shape[0], T, c, d, True))
+    act = np.arange(T, dtype=np.int32)
+    lo = np.zeros(M, dtype=np.int32)
+    hi = (np.diff(coff) - 1).astype(np.int32)
+    interval_bound(lo, hi, 0, act, T, k.base.copy(), k.nf, k.ncut, k.nl, k.nr, k.nv,
+                   k.roots.copy(), *ws, ALL_CHANGED)
+    trange, top_n = ws[1], ws[2]
+    x, w = X[0].copy(), np.ones(M)
+    shared = np.zeros(coff[-1] + 1)
+
+    def cut_of(pcost: np.ndarray, use: bool) -> int:
+        bt, bw = _split_cut(x, w, L1, coff, clow, cupp, k.nf, k.ncut, k.nv, lo, hi, act, T,
+                            k.roots.copy(), k.base.copy(), top_n, trange, trange, shared, pcost,
+                            use)
+        assert bt >= 0 and bw > 0.0 and not shared.any()  # scratch handed back clean
+        node = top_n[bt]
+        return int(coff[k.nf[node]] + k.ncut[node])
+
+    pcost = np.zeros((2, coff[-1] + 1))
+    plain = cut_of(pcost, True)
+    pcost[1, plain] = PSEUDO_COST_RELIABLE  # seen enough, never gained
+    other = cut_of(pcost, True)
+    assert other != plain
+    assert cut_of(pcost, False) == plain
+    pcost[1, plain] = PSEUDO_COST_RELIABLE - 1
+    assert cut_of(pcost, True) == plain
+    pcost[:, plain] = PSEUDO_COST_RELIABLE  # every observation gained the whole weight
+    assert cut_of(pcost, True) == plain
+    pcost[0], pcost[1] = 0.0, PSEUDO_COST_RELIABLE  # no cut ever gained: the floor for all
+    assert cut_of(pcost, True) == plain
