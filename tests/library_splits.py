@@ -22,13 +22,7 @@ from typing import Any
 
 import numpy as np
 
-
-def _f32_floor(t: np.ndarray) -> np.ndarray:
-    """Largest float32 ``<= t``, as float64."""
-    f = np.asarray(t, dtype=np.float64).astype(np.float32)
-    up = f.astype(np.float64) > t
-    f[up] = np.nextafter(f[up], np.float32(-np.inf))
-    return f.astype(np.float64)
+from tests.conftest import f32_floor, raw_thresholds
 
 
 def _xgboost_thresholds(model: Any, m: int) -> list[np.ndarray]:
@@ -70,17 +64,6 @@ def _hist_gb_thresholds(model: Any, m: int) -> list[np.ndarray]:
     return [np.concatenate(v) if v else np.zeros(0) for v in per]
 
 
-def _sklearn_thresholds(model: Any, m: int) -> list[np.ndarray]:
-    ests = getattr(model, "estimators_", None)
-    trees = [model] if ests is None else list(np.ravel(ests))
-    out = []
-    for f in range(m):
-        ts = [est.tree_.threshold[(est.tree_.children_left >= 0) & (est.tree_.feature == f)]
-              for est in trees]
-        out.append(np.concatenate(ts) if ts else np.zeros(0))
-    return out
-
-
 def split_rule(model: Any) -> str:
     """The library's split rule: ``"float32<="``, ``"float32<"`` or ``"float64<="``."""
     module = type(model).__module__
@@ -107,7 +90,7 @@ def split_values(model: Any, m: int) -> tuple[list[np.ndarray], str]:
     elif rule == "float64<=":
         vals = _hist_gb_thresholds(model, m)
     else:
-        vals = [_f32_floor(t) for t in _sklearn_thresholds(model, m)]
+        vals = [f32_floor(raw_thresholds(model, f)) for f in range(m)]
     return [np.unique(v) for v in vals], ("float64" if rule == "float64<=" else "float32")
 
 

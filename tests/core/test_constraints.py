@@ -5,9 +5,9 @@ one-hot groups with per-group switching costs), the norms ``l0``/``l1``/``l2``/`
 per-feature weights, and ``k`` -- is checked three ways on small forests:
 
 * optimality: the certified distance equals the optimum of a brute force that uses no
-  maps_core code (it enumerates every cell of the float32-floored threshold grid, labels
-  each with ``model.predict``, intersects it with the constraint box and rounds it inward
-  to the legal values);
+  maps_core code (it enumerates every cell of the threshold grid on the real line, as the
+  model's library splits it, labels each with ``model.predict``, intersects it with the
+  constraint box and rounds it inward to the legal values);
 * validity: ``model.predict`` gives the target on every returned point, on the corners of
   every returned region and on random points inside it;
 * constraints: they hold on every returned point and on every corner of its region.
@@ -141,13 +141,17 @@ class BruteForce:
     """Every cell of the threshold grid on the real line, labelled by ``model.predict`` at a
     point inside (the model is constant on a cell).
 
-    scikit-learn sends x left iff ``float32(x) <= t``. With ``s`` the largest float32
-    ``<= t``, float32 rounding to nearest sends every real x below the midpoint ``b`` of ``s``
-    and the next float32 left, every one above it right, and ``b`` itself where its own
-    rounding goes: cells are the intervals between consecutive ``b``, each end open or
-    closed accordingly. On integral features a threshold ``t`` is the integer cut
-    ``floor(t)``, and integer cuts below the domain or at/above its upper end are dropped:
-    both only remove cells without a legal point, so the optimum is unchanged.
+    The splits and their rule are read from the model's library
+    (:func:`tests.library_splits.split_values`): per split, the last value sent left in
+    the view the library compares in. scikit-learn sends x left iff ``float32(x) <= t``
+    (XGBoost ``float32(x) < t``): with ``s`` the last float32 sent left, float32 rounding
+    to nearest sends every real x below the midpoint ``b`` of ``s`` and the next float32
+    left, every one above it right, and ``b`` itself where its own rounding goes: cells
+    are the intervals between consecutive ``b``, each end open or closed accordingly.
+    LightGBM and HistGradientBoosting compare ``x <= t`` in float64: cells are ``(t_j-1,
+    t_j]``. On integral features the last integer sent left, ``floor(s)``, is the cut,
+    and integer cuts below the domain or at/above its upper end are dropped: both only
+    remove cells without a legal point, so the optimum is unchanged.
     """
 
     def __init__(self, model: Any, cols: list[Col]) -> None:
@@ -169,7 +173,8 @@ class BruteForce:
                 # closed end may be read otherwise: LightGBM reads |x| <= 1e-35 as 0)
                 bnd, left_owns = c, np.ones(c.size, dtype=bool)
                 pad = np.maximum(1.0, np.abs(c[[0, -1]])) if c.size else np.zeros(2)
-                rep = np.concatenate([c[:1] - pad[0], (c[:-1] + c[1:]) / 2.0, c[-1:] + pad[1]])
+                mid = np.maximum((c[:-1] + c[1:]) / 2.0, np.nextafter(c[:-1], np.inf))
+                rep = np.concatenate([c[:1] - pad[0], mid, c[-1:] + pad[1]])
             else:
                 bnd = f32_real_boundary(c)
                 left_owns = bnd.astype(np.float32).astype(np.float64) == c
