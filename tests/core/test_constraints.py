@@ -123,10 +123,6 @@ def next32(v: np.ndarray | float) -> np.ndarray:
     return np.nextafter(np.asarray(v, dtype=np.float32), np.float32(np.inf)).astype(np.float64)
 
 
-def prev32(v: np.ndarray | float) -> np.ndarray:
-    return np.nextafter(np.asarray(v, dtype=np.float32), np.float32(-np.inf)).astype(np.float64)
-
-
 @dataclass
 class Cells:
     """Feasible target cells of one query, clipped to the constraints."""
@@ -157,7 +153,7 @@ class BruteForce:
     def __init__(self, model: Any, cols: list[Col]) -> None:
         self.model, self.cols = model, cols
         m = len(cols)
-        values, self.view = split_values(model, m)
+        values, view = split_values(model, m)
         lows, highs, lo_open, hi_open, reps = [], [], [], [], []
         for f, col in enumerate(cols):
             c = values[f]
@@ -168,7 +164,7 @@ class BruteForce:
                 c = c[(c >= lo) & (c < hi)]
                 bnd, left_owns = c, np.ones(c.size, dtype=bool)
                 rep = np.concatenate([c, c[-1:] + 1])
-            elif self.view == "float64":
+            elif view == "float64":
                 # x <= t: the cells are (t_j-1, t_j]; points strictly inside label them (a
                 # closed end may be read otherwise: LightGBM reads |x| <= 1e-35 as 0)
                 bnd, left_owns = c, np.ones(c.size, dtype=bool)
@@ -307,16 +303,17 @@ def point_cost(bf: BruteForce, x: np.ndarray, p: np.ndarray, w: np.ndarray, norm
     return float(t.max(initial=0.0))
 
 
-def region_ends(region: Any, f: int, x_f: float, integral: bool,
-                view: str = "float32") -> tuple[float, float]:
-    """Smallest and largest values of feature ``f`` that the region holds (finite); an open
-    end steps inwards to the next value of the model's view (``"float32"`` or
-    ``"float64"``)."""
+def region_ends(region: Any, f: int, x_f: float, integral: bool) -> tuple[float, float]:
+    """Smallest and largest values of feature ``f`` that the region holds (finite): an open
+    end steps inwards to the next float64. (Not to the next float32: a region clipped at x
+    by a constraint can be narrower than a float32 step, and a real end where a float32
+    view changes sides lies halfway between two float32, so the next float64 is already
+    read as the float32 inside.)"""
     lo, hi = float(region.lower[f]), float(region.upper[f])
     if np.isfinite(lo) and not region.lower_closed[f]:
-        lo = lo + 1 if integral else float(next32(lo) if view == "float32" else np.nextafter(lo, np.inf))
+        lo = lo + 1 if integral else float(np.nextafter(lo, np.inf))
     if np.isfinite(hi) and not region.upper_closed[f]:
-        hi = hi - 1 if integral else float(prev32(hi) if view == "float32" else np.nextafter(hi, -np.inf))
+        hi = hi - 1 if integral else float(np.nextafter(hi, -np.inf))
     if not np.isfinite(lo):
         lo = (hi if np.isfinite(hi) else x_f) - FAR
     if not np.isfinite(hi):
@@ -329,7 +326,7 @@ def legal_points_of_region(bf: BruteForce, region: Any, x: np.ndarray, rng: np.r
     """Every corner of the region (each end of each feature, every reachable category of
     each group) and ``n_random`` random legal points inside it."""
     m = len(bf.cols)
-    ends = [region_ends(region, f, x[f], bf.integral[f], bf.view) for f in range(m)]
+    ends = [region_ends(region, f, x[f], bf.integral[f]) for f in range(m)]
     plain = [f for f in range(m) if not bf.in_group[f]]
     choices: list[list[tuple[list[int], list[float]]]] = []
     for f in plain:
