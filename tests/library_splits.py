@@ -64,46 +64,52 @@ def _hist_gb_thresholds(model: Any, m: int) -> list[np.ndarray]:
     return [np.concatenate(v) if v else np.zeros(0) for v in per]
 
 
+def _library(model: Any) -> str:
+    """``"xgboost"``, ``"lightgbm"``, ``"hist-gb"`` or ``"sklearn"``."""
+    module = type(model).__module__
+    if module.startswith(("xgboost", "lightgbm")):
+        return module.split(".")[0]
+    return "hist-gb" if type(model).__name__.startswith("HistGradientBoosting") else "sklearn"
+
+
+_RULES = {"xgboost": "float32<", "lightgbm": "float64<=", "hist-gb": "float64<=",
+          "sklearn": "float32<="}
+
+
 def split_rule(model: Any) -> str:
     """The library's split rule: ``"float32<="``, ``"float32<"`` or ``"float64<="``."""
-    module = type(model).__module__
-    if module.startswith("xgboost"):
-        return "float32<"
-    if module.startswith("lightgbm") or type(model).__name__.startswith("HistGradientBoosting"):
-        return "float64<="
-    return "float32<="
+    return _RULES[_library(model)]
 
 
 def split_values(model: Any, m: int) -> tuple[list[np.ndarray], str]:
     """Per feature, the sorted distinct last values sent left by the model's splits (each
     in the rule's view: see the module docstring), and that view (``"float32"`` or
     ``"float64"``)."""
-    rule = split_rule(model)
-    module = type(model).__module__
-    if module.startswith("xgboost"):
-        raw = _xgboost_thresholds(model, m)
+    library = _library(model)
+    if library == "xgboost":
         # float32(x) < t: the last float32 sent left is the one below t
         vals = [np.nextafter(t.astype(np.float32), np.float32(-np.inf)).astype(np.float64)
-                for t in raw]
-    elif module.startswith("lightgbm"):
+                for t in _xgboost_thresholds(model, m)]
+    elif library == "lightgbm":
         vals = _lightgbm_thresholds(model, m)
-    elif rule == "float64<=":
+    elif library == "hist-gb":
         vals = _hist_gb_thresholds(model, m)
     else:
         vals = [f32_floor(raw_thresholds(model, f)) for f in range(m)]
-    return [np.unique(v) for v in vals], ("float64" if rule == "float64<=" else "float32")
+    view = "float64" if _RULES[library] == "float64<=" else "float32"
+    return [np.unique(v) for v in vals], view
 
 
 def engine_model(model: Any) -> Any:
     """What ``CounterfactualMaps.build`` takes for a fitted model: scikit-learn objects as
     they are; XGBoost and LightGBM models through their saved files, as the service reads
     them."""
-    module = type(model).__module__
-    if module.startswith("xgboost"):
+    library = _library(model)
+    if library == "xgboost":
         from maps_core.adapters.xgboost_json import parse_xgboost
 
         return parse_xgboost(bytes(model.get_booster().save_raw("json")))
-    if module.startswith("lightgbm"):
+    if library == "lightgbm":
         from maps_core.adapters.lightgbm_text import parse_lightgbm
 
         return parse_lightgbm(model.booster_.model_to_string())
