@@ -1,8 +1,7 @@
-"""Seeded models shared by the core and app tests, and an independent brute force."""
+"""Seeded models shared by the core and app tests."""
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 
@@ -52,31 +51,6 @@ def fit(kind: str, n_classes: int = 2, n_features: int = 4, seed: int = 0):
     return MODEL_FACTORIES[kind](seed).fit(X, y), X, y
 
 
-def raw_thresholds(model, f: int) -> np.ndarray:
-    """Thresholds of feature ``f`` read straight from the sklearn trees (not from maps_core)."""
-    ests = getattr(model, "estimators_", None)
-    trees = [model] if ests is None else list(np.ravel(ests))
-    ts = []
-    for est in trees:
-        tr = est.tree_
-        ts.append(tr.threshold[(tr.children_left >= 0) & (tr.feature == f)])
-    return np.unique(np.concatenate(ts)) if ts else np.zeros(0)
-
-
-def f32_floor(t: np.ndarray) -> np.ndarray:
-    f = np.asarray(t, dtype=np.float64).astype(np.float32)
-    up = f.astype(np.float64) > t
-    f[up] = np.nextafter(f[up], np.float32(-np.inf))
-    return f.astype(np.float64)
-
-
-def f32_real_boundary(s: np.ndarray) -> np.ndarray:
-    """Where scikit-learn's split ``float32(x) <= t`` changes sides on the real line, for
-    ``s = f32_floor(t)``: halfway to the next float32 (float32 rounds to nearest)."""
-    up = np.nextafter(s.astype(np.float32), np.float32(np.inf)).astype(np.float64)
-    return (s + up) / 2.0  # 25 significant bits: exact in float64
-
-
 def region_end_points(region, x):
     """Points of ``region`` next to each finite end of each feature, the other features at
     ``x``: the end itself when closed, else the first float64 inside, and the end rounded to
@@ -93,49 +67,6 @@ def region_end_points(region, x):
                 if region.contains(p):
                     pts.append(p)
     return np.array(pts).reshape(-1, x.shape[0])
-
-
-def brute_force(model, x, target_index, weights, norm, classes=None):
-    """Exact optimum over real inputs by enumerating every cell of the threshold grid (no
-    maps_core code).
-
-    Along a feature, the cells are the intervals between the real boundaries of the
-    float32-floored thresholds (float32(x) is the same for every real x strictly between
-    two of them); each cell is labelled by ``model.predict`` at a float32 point inside,
-    and the infimum distance from ``x`` to the cell is computed in closed form (whichever
-    side owns a boundary, the infimum is the same).
-    """
-    m = x.shape[0]
-    cuts = [f32_floor(raw_thresholds(model, f)) for f in range(m)]
-    cuts = [np.unique(c) for c in cuts]
-    bounds = [f32_real_boundary(c) for c in cuts]
-    lows = [np.concatenate([[-np.inf], b]) for b in bounds]
-    highs = [np.concatenate([b, [np.inf]]) for b in bounds]
-    reps = []
-    for c in cuts:
-        if c.size == 0:
-            reps.append(np.array([0.0]))
-            continue
-        inner = c.astype(np.float64)  # closed upper ends are inside their cell
-        last = np.nextafter(c[-1].astype(np.float32), np.float32(np.inf)).astype(np.float64)
-        reps.append(np.concatenate([inner, [last]]))
-    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
-    pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
-    labels = model.predict(pts)
-    cls = list(model.classes_) if classes is None else classes
-    mask = labels == cls[target_index]
-    if not mask.any():
-        return np.inf
-    lo = np.column_stack([lows[f][idx[mask, f]] for f in range(m)])
-    hi = np.column_stack([highs[f][idx[mask, f]] for f in range(m)])
-    delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * weights
-    if norm == "l1":
-        d = delta.sum(axis=1)
-    elif norm == "l2":
-        d = np.sqrt((delta**2).sum(axis=1))
-    else:
-        d = delta.max(axis=1)
-    return float(d.min())
 
 
 @pytest.fixture(scope="module", params=[("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)],

@@ -22,7 +22,32 @@ from typing import Any
 
 import numpy as np
 
-from tests.conftest import f32_floor, raw_thresholds
+
+def raw_thresholds(model, f: int) -> np.ndarray:
+    """Thresholds of feature ``f`` read straight from the sklearn trees (not from maps_core)."""
+    ests = getattr(model, "estimators_", None)
+    trees = [model] if ests is None else list(np.ravel(ests))
+    ts = []
+    for est in trees:
+        tr = est.tree_
+        ts.append(tr.threshold[(tr.children_left >= 0) & (tr.feature == f)])
+    return np.unique(np.concatenate(ts)) if ts else np.zeros(0)
+
+
+def f32_floor(t: np.ndarray) -> np.ndarray:
+    """The largest float32 at or below each float64 ``t`` (as float64): the last float32
+    that scikit-learn's ``float32(x) <= t`` sends left."""
+    f = np.asarray(t, dtype=np.float64).astype(np.float32)
+    up = f.astype(np.float64) > t
+    f[up] = np.nextafter(f[up], np.float32(-np.inf))
+    return f.astype(np.float64)
+
+
+def f32_real_boundary(s: np.ndarray) -> np.ndarray:
+    """Where scikit-learn's split ``float32(x) <= t`` changes sides on the real line, for
+    ``s = f32_floor(t)``: halfway to the next float32 (float32 rounds to nearest)."""
+    up = np.nextafter(s.astype(np.float32), np.float32(np.inf)).astype(np.float64)
+    return (s + up) / 2.0  # 25 significant bits: exact in float64
 
 
 def _xgboost_thresholds(model: Any, m: int) -> list[np.ndarray]:

@@ -25,8 +25,8 @@ from sklearn.ensemble import ExtraTreesClassifier, GradientBoostingClassifier, R
 from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import BudgetExceededError, CounterfactualMaps, Feature, FeatureSchema
-from tests.conftest import f32_floor, f32_real_boundary, raw_thresholds
-from tests.library_splits import split_values
+from tests.brute_force import cell_grid
+from tests.library_splits import f32_floor, raw_thresholds
 
 NORMS = ["l1", "l2", "linf", "l0"]
 OPTIONS = ["none", "immutable", "direction", "bounds", "combined"]
@@ -118,11 +118,6 @@ def schema_of(cols: list[Col]) -> FeatureSchema:
 # --------------------------------------------------------------------------------------
 # the independent brute force
 # --------------------------------------------------------------------------------------
-def next32(v: np.ndarray | float) -> np.ndarray:
-    """Smallest float32 above the float32 value ``v`` (as float64)."""
-    return np.nextafter(np.asarray(v, dtype=np.float32), np.float32(np.inf)).astype(np.float64)
-
-
 @dataclass
 class Cells:
     """Feasible target cells of one query, clipped to the constraints."""
@@ -135,59 +130,17 @@ class Cells:
 
 class BruteForce:
     """Every cell of the threshold grid on the real line, labelled by ``model.predict`` at a
-    point inside (the model is constant on a cell).
-
-    The splits and their rule are read from the model's library
-    (:func:`tests.library_splits.split_values`): per split, the last value sent left in
-    the view the library compares in. scikit-learn sends x left iff ``float32(x) <= t``
-    (XGBoost ``float32(x) < t``): with ``s`` the last float32 sent left, float32 rounding
-    to nearest sends every real x below the midpoint ``b`` of ``s`` and the next float32
-    left, every one above it right, and ``b`` itself where its own rounding goes: cells
-    are the intervals between consecutive ``b``, each end open or closed accordingly.
-    LightGBM and HistGradientBoosting compare ``x <= t`` in float64: cells are ``(t_j-1,
-    t_j]``. On integral features the last integer sent left, ``floor(s)``, is the cut,
-    and integer cuts below the domain or at/above its upper end are dropped: both only
-    remove cells without a legal point, so the optimum is unchanged.
-    """
+    point inside (the model is constant on a cell; :func:`tests.brute_force.cell_grid`,
+    which reads the splits and their rule from the model's library), and the feasible
+    target cells of a query under the columns' domains, integers, one-hot groups and
+    constraints."""
 
     def __init__(self, model: Any, cols: list[Col]) -> None:
         self.model, self.cols = model, cols
-        m = len(cols)
-        values, view = split_values(model, m)
-        lows, highs, lo_open, hi_open, reps = [], [], [], [], []
-        for f, col in enumerate(cols):
-            c = values[f]
-            lo, hi = col.domain()
-            if col.integral:
-                # x <= t is x <= floor(t) on integers: cells without an integer merge away
-                c = np.unique(np.floor(c))
-                c = c[(c >= lo) & (c < hi)]
-                bnd, left_owns = c, np.ones(c.size, dtype=bool)
-                rep = np.concatenate([c, c[-1:] + 1])
-            elif view == "float64":
-                # x <= t: the cells are (t_j-1, t_j]; points strictly inside label them (a
-                # closed end may be read otherwise: LightGBM reads |x| <= 1e-35 as 0)
-                bnd, left_owns = c, np.ones(c.size, dtype=bool)
-                pad = np.maximum(1.0, np.abs(c[[0, -1]])) if c.size else np.zeros(2)
-                mid = np.maximum((c[:-1] + c[1:]) / 2.0, np.nextafter(c[:-1], np.inf))
-                rep = np.concatenate([c[:1] - pad[0], mid, c[-1:] + pad[1]])
-            else:
-                bnd = f32_real_boundary(c)
-                left_owns = bnd.astype(np.float32).astype(np.float64) == c
-                # c (float32 values) lie strictly inside their real cells
-                rep = np.concatenate([c, next32(c[-1:])])
-            lows.append(np.concatenate([[-np.inf], bnd + 1.0 if col.integral else bnd]))
-            highs.append(np.concatenate([bnd, [np.inf]]))
-            lo_open.append(np.concatenate([[False], left_owns & ~col.integral]))
-            hi_open.append(np.concatenate([~left_owns, [False]]))
-            reps.append(rep if c.size else np.clip([0.0], lo, hi))
-        idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
-        self.lo = np.column_stack([lows[f][idx[:, f]] for f in range(m)])
-        self.hi = np.column_stack([highs[f][idx[:, f]] for f in range(m)])
-        self.lo_open = np.column_stack([lo_open[f][idx[:, f]] for f in range(m)])
-        self.hi_open = np.column_stack([hi_open[f][idx[:, f]] for f in range(m)])
-        pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
-        self.label = np.searchsorted(model.classes_, model.predict(pts))
+        grid = cell_grid(model, len(cols), [c.integral for c in cols],
+                         [c.domain() for c in cols])
+        self.lo, self.hi, self.label = grid.lo, grid.hi, grid.label
+        self.lo_open, self.hi_open = grid.lo_open, grid.hi_open
         self.integral = np.array([c.integral for c in cols])
         self.dom = np.array([c.domain() for c in cols])
         groups: dict[str, list[int]] = {}
@@ -195,7 +148,7 @@ class BruteForce:
             if c.group:
                 groups.setdefault(c.group, []).append(j)
         self.groups = groups
-        self.in_group = np.zeros(m, dtype=bool)
+        self.in_group = np.zeros(len(cols), dtype=bool)
         self._pred: dict[bytes, int] = {}
         for js in groups.values():
             self.in_group[js] = True

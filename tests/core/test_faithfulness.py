@@ -19,7 +19,8 @@ from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import CounterfactualMaps, FeatureSchema
 from maps_core.query import locate_rect
-from tests.conftest import ROOT, raw_thresholds, synthetic
+from tests.conftest import ROOT, synthetic
+from tests.library_splits import raw_thresholds
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from common import load  # noqa: E402

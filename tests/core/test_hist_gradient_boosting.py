@@ -3,13 +3,12 @@ and its own predict as the reference."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 from maps_core import CounterfactualMaps, UnsupportedModelError, flatten_model
+from tests.brute_force import brute_force
 
 
 def _data(n_classes: int, seed: int = 0, n: int = 1500, m: int = 4):
@@ -49,22 +48,11 @@ def test_distances_equal_the_brute_force(norm):
     X, y = _data(2, seed=3, m=3)
     model = HistGradientBoostingClassifier(max_iter=4, max_depth=2, random_state=0).fit(X, y)
     maps = CounterfactualMaps.build(model)
-    cuts = [_thresholds(model, f) for f in range(3)]
-    reps = [np.concatenate([c, [c[-1] + 1.0]]) if c.size else np.array([0.0]) for c in cuts]
-    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
-    pts = np.column_stack([reps[f][idx[:, f]] for f in range(3)])
-    labels = model.predict(pts)
-    lows = [np.concatenate([[-np.inf], c]) for c in cuts]
-    highs = [np.concatenate([c, [np.inf]]) for c in cuts]
     rng = np.random.default_rng(4)
     for x in X[rng.choice(len(X), 8, replace=False)]:
         w = rng.uniform(0.3, 2.0, size=3)
         for target in (0, 1):
-            mask = labels == target
-            lo = np.column_stack([lows[f][idx[mask, f]] for f in range(3)])
-            hi = np.column_stack([highs[f][idx[mask, f]] for f in range(3)])
-            delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * w
-            want = {"l1": delta.sum(1), "l2": np.sqrt((delta**2).sum(1)), "linf": delta.max(1)}[norm].min()
+            want = brute_force(model, x, target, w, norm)
             res = maps.counterfactual(x, target, norm=norm, weights=w)
             assert res.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
             assert model.predict(res.best.x[None])[0] == target

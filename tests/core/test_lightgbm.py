@@ -6,13 +6,12 @@ LightGBM itself is used only as the reference here: every check compares with it
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 from maps_core import CounterfactualMaps, UnsupportedModelError
 from maps_core.adapters.lightgbm_text import parse_lightgbm
+from tests.brute_force import brute_force
 from tests.conftest import region_end_points
 
 lgb = pytest.importorskip("lightgbm")
@@ -67,26 +66,6 @@ def test_faithful_to_lightgbm_everywhere(fitted):
     assert np.allclose(model.predict_proba(P[:2000]), clf.predict_proba(P[:2000]), rtol=0, atol=1e-12)
 
 
-def _brute_force(clf, model, x, target, w, norm):
-    """Exact optimum over real inputs on the threshold grid (no maps_core code): along a
-    feature, x <= t goes left, so the cells are (t_{j-1}, t_j]; each is labelled by
-    LightGBM's predict at a point inside."""
-    m = x.shape[0]
-    cuts = [np.unique(np.concatenate([tr.threshold[tr.split_feature == f] for tr in model.trees]))
-            for f in range(m)]
-    reps = [np.concatenate([c, [c[-1] + 1.0]]) if c.size else np.array([0.0]) for c in cuts]
-    lows = [np.concatenate([[-np.inf], c]) for c in cuts]
-    highs = [np.concatenate([c, [np.inf]]) for c in cuts]
-    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
-    pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
-    mask = clf.predict(pts) == target
-    lo = np.column_stack([lows[f][idx[mask, f]] for f in range(m)])
-    hi = np.column_stack([highs[f][idx[mask, f]] for f in range(m)])
-    delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * w
-    d = {"l1": delta.sum(axis=1), "l2": np.sqrt((delta**2).sum(axis=1)), "linf": delta.max(axis=1)}
-    return float(d[norm].min())
-
-
 @pytest.mark.parametrize("n_classes", [2, 3])
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
 def test_distances_equal_the_brute_force(n_classes, norm):
@@ -99,7 +78,7 @@ def test_distances_equal_the_brute_force(n_classes, norm):
         w = rng.uniform(0.3, 2.0, size=3)
         for target in range(n_classes):
             res = maps.counterfactual(x, target, norm=norm, weights=w)
-            want = _brute_force(clf, model, x, target, w, norm)
+            want = brute_force(clf, x, target, w, norm)
             assert res.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
             cf = res.best
             assert clf.predict(cf.x[None])[0] == target

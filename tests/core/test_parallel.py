@@ -13,7 +13,8 @@ from maps_core import BudgetExceededError, CounterfactualMaps, InvalidQueryError
 from maps_core._memory import _cgroup_cpus, bytes_per_box, usable_cpus
 from maps_core._norms import L1, LINF
 from maps_core.engine import PACE_WEIGHT
-from tests.conftest import brute_force, region_end_points, synthetic
+from tests.brute_force import brute_force
+from tests.conftest import region_end_points, synthetic
 
 
 @pytest.fixture

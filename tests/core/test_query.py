@@ -10,7 +10,8 @@ import pytest
 from maps_core import CounterfactualMaps, InvalidQueryError
 from maps_core.options import categories, make_options
 from maps_core.query import linear_scan, locate_rect, search
-from tests.conftest import MODEL_FACTORIES, brute_force, fit
+from tests.brute_force import brute_force
+from tests.conftest import MODEL_FACTORIES, fit
 
 NORMS = ["l1", "l2", "linf"]
 

@@ -21,7 +21,8 @@ from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import CounterfactualMaps
-from tests.conftest import f32_floor, f32_real_boundary, fit, raw_thresholds, region_end_points
+from tests.conftest import fit, region_end_points
+from tests.library_splits import f32_floor, f32_real_boundary, raw_thresholds
 
 NORMS = ("l1", "l2", "linf")
 

@@ -6,7 +6,6 @@ loaded from the very file cfmaps parsed.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 
 from maps_core import CounterfactualMaps, UnsupportedModelError
 from maps_core.adapters.xgboost_json import parse_xgboost
+from tests.brute_force import brute_force
 from tests.conftest import region_end_points
 
 xgb = pytest.importorskip("xgboost")
@@ -144,34 +144,6 @@ def test_scores_an_ulp_apart_follow_the_objective(objective, tmp_path):
     assert np.array_equal(np.asarray(CounterfactualMaps.build(model).predict(P)), want)
 
 
-def _brute_force(ref, model, x, target, w, norm):
-    """Exact optimum over real inputs on the threshold grid (no maps_core code): float32(x)
-    < t sends x left, so along a feature a cell ends halfway between the float32 below t
-    and t, owned by the side float32 rounding takes; each cell is labelled by XGBoost."""
-    m = x.shape[0]
-    lows, highs, reps = [], [], []
-    for f in range(m):
-        t = np.unique(np.concatenate([tr.value[(tr.left >= 0) & (tr.feature == f)] for tr in model.trees]))
-        if t.size == 0:  # a feature no split tests
-            lows.append(np.array([-np.inf]))
-            highs.append(np.array([np.inf]))
-            reps.append(np.array([0.0]))
-            continue
-        below = np.nextafter(t, np.float32(-np.inf)).astype(np.float64)
-        b = (below + t.astype(np.float64)) / 2.0
-        lows.append(np.concatenate([[-np.inf], b]))
-        highs.append(np.concatenate([b, [np.inf]]))
-        reps.append(np.concatenate([below, [t[-1].astype(np.float64)]]))
-    idx = np.array(list(itertools.product(*[range(len(r)) for r in reps])))
-    pts = np.column_stack([reps[f][idx[:, f]] for f in range(m)])
-    mask = ref.predict(pts) == target
-    lo = np.column_stack([lows[f][idx[mask, f]] for f in range(m)])
-    hi = np.column_stack([highs[f][idx[mask, f]] for f in range(m)])
-    delta = np.maximum(0.0, np.maximum(lo - x, x - hi)) * w
-    d = {"l1": delta.sum(axis=1), "l2": np.sqrt((delta**2).sum(axis=1)), "linf": delta.max(axis=1)}
-    return float(d[norm].min())
-
-
 @pytest.mark.parametrize("n_classes", [2, 3])
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
 def test_distances_equal_the_brute_force(n_classes, norm, tmp_path):
@@ -184,7 +156,7 @@ def test_distances_equal_the_brute_force(n_classes, norm, tmp_path):
         w = rng.uniform(0.3, 2.0, size=3)
         for target in range(n_classes):
             res = maps.counterfactual(x, target, norm=norm, weights=w)
-            want = _brute_force(ref, model, x, target, w, norm)
+            want = brute_force(ref, x, target, w, norm)
             assert res.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
             cf = res.best
             assert ref.predict(cf.x[None])[0] == target
