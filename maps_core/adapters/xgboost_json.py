@@ -20,7 +20,9 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
 * every tree's ``split_conditions`` hold the float32 thresholds of its internal nodes and
   the leaf values of its leaves (``left_children == -1``); a split sends ``x`` left iff
   ``float32(x) < threshold`` (split rule ``float32<``); ``default_left`` routes missing
-  values, which cfmaps refuses in queries;
+  values, which cfmaps refuses in queries (NaN only: the scikit-learn wrapper's
+  ``missing`` parameter is not saved, and the reloaded file reads every other value as a
+  number, as the maps do);
 * XGBoost sums the leaf values in float32, tree by tree after the base margin: the flat
   ensemble says so (``score_precision="float32"``), so certificates keep a margin wide
   enough for float32 rounding and the engine decides the closer cells with
