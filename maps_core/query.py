@@ -449,7 +449,14 @@ DEEPEN_ROUNDS = 24
 # 18.9 / 84 ms, 0.81x the boxes; PD 100x5 (5M maps, engine_ab) l1 0.75x, l2 0.99x. Not
 # linf: its answers mostly lie near the fixed start there, so the guess cost more than it
 # saved (PD p50 1.23x, Adult 1.05x; Credit GB 1.48 -> 0.76 ms, which meets its target
-# either way). Distances identical in every run.
+# either way). Distances identical in every run. Measured again on the engine of
+# 2026-11-27 (same maps, 1,000 linf queries, half test rows, alternating runs): Credit GB
+# 300x4 0.38x the time, its test rows' p50 3.0 -> 0.66 ms (their first round, bounded at
+# 0.1, finds the answer in a ball far wider than it); but Credit RF 100x5 p50 1.1 -> 2.3
+# ms (the guess costs 1.2-1.7 ms on that forest: past the 2 ms target) and Adult GB 300x4
+# 0.86 -> 1.1 ms, for 0.85x the time in all. Guessing only once a first round found
+# nothing: Credit GB 1.00x (its first round does find the answer), Credit RF p50 2.5 ms.
+# A guess for linf would have to be kept to the maps where it is cheap against a search.
 GUESS_FIRST = True
 
 
