@@ -456,7 +456,11 @@ DEEPEN_ROUNDS = 24
 # ms (the guess costs 1.2-1.7 ms on that forest: past the 2 ms target) and Adult GB 300x4
 # 0.86 -> 1.1 ms, for 0.85x the time in all. Guessing only once a first round found
 # nothing: Credit GB 1.00x (its first round does find the answer), Credit RF p50 2.5 ms.
-# A guess for linf would have to be kept to the maps where it is cheap against a search.
+# A guess that gives up after 0.3 ms: Credit GB 0.70x the time (test rows' p50 3.0 -> 0.7
+# ms), Adult GB 0.94x, but Credit RF 1.05x (p50 1.12 -> 1.46 ms) and PD 1.16x at the
+# median (0.58 -> 0.67 ms: its answers lie near the fixed start, and its guess finds them
+# in 0.1 ms). A guess for linf would have to be kept to the maps where it saves more than
+# it costs, which a fixed rule does not know.
 GUESS_FIRST = True
 
 
