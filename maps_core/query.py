@@ -458,9 +458,9 @@ DEEPEN_ROUNDS = 24
 # nothing: Credit GB 1.00x (its first round does find the answer), Credit RF p50 2.5 ms.
 # A guess that gives up after 0.3 ms: Credit GB 0.70x the time (test rows' p50 3.0 -> 0.7
 # ms), Adult GB 0.94x, but Credit RF 1.05x (p50 1.12 -> 1.46 ms) and PD 1.16x at the
-# median (0.58 -> 0.67 ms: its answers lie near the fixed start, and its guess finds them
-# in 0.1 ms). A guess for linf would have to be kept to the maps where it saves more than
-# it costs, which a fixed rule does not know.
+# median (0.58 -> 0.67 ms: its answers lie near the fixed start, so a guess buys nothing
+# there). A guess for linf would have to be kept to the maps where it saves more than it
+# costs, which a fixed rule does not know (benchmarks/results/linf_guess.patch).
 GUESS_FIRST = True
 
 
