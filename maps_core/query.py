@@ -450,11 +450,12 @@ DEEPEN_ROUNDS = 24
 # linf: its answers mostly lie near the fixed start there, so the guess cost more than it
 # saved (PD p50 1.23x, Adult 1.05x; Credit GB 1.48 -> 0.76 ms, which meets its target
 # either way). Distances identical in every run. Measured again on the engine of
-# 2026-11-27 (same maps, 1,000 linf queries, half test rows, alternating runs): Credit GB
+# 2026-11-27 (same maps, 1,000 linf queries, 300 on Credit RF, half of them test rows,
+# alternating runs): Credit GB
 # 300x4 0.38x the time, its test rows' p50 3.0 -> 0.66 ms (their first round, bounded at
 # 0.1, finds the answer in a ball far wider than it); but Credit RF 100x5 p50 1.1 -> 2.3
 # ms (the guess costs 1.2-1.7 ms on that forest: past the 2 ms target) and Adult GB 300x4
-# 0.86 -> 1.1 ms, for 0.85x the time in all. Guessing only once a first round found
+# 0.86 -> 1.1 ms, each for 0.85x the time in all. Guessing only once a first round found
 # nothing: Credit GB 1.00x (its first round does find the answer), Credit RF p50 2.5 ms.
 # A guess that gives up after 0.3 ms: Credit GB 0.70x the time (test rows' p50 3.0 -> 0.7
 # ms), Adult GB 0.94x, but Credit RF 1.05x (p50 1.12 -> 1.46 ms) and PD 1.16x at the
