@@ -9,6 +9,7 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 from maps_core import CounterfactualMaps, UnsupportedModelError, flatten_model
 from tests.brute_force import brute_force
+from tests.library_splits import split_values
 
 
 def _data(n_classes: int, seed: int = 0, n: int = 1500, m: int = 4):
@@ -19,12 +20,6 @@ def _data(n_classes: int, seed: int = 0, n: int = 1500, m: int = 4):
     return X, y
 
 
-def _thresholds(model, f):
-    return np.unique(np.concatenate([
-        p.nodes["num_threshold"][(p.nodes["is_leaf"] == 0) & (p.nodes["feature_idx"] == f)]
-        for stage in model._predictors for p in stage]))
-
-
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_faithful_to_predict_everywhere(n_classes):
     X, y = _data(n_classes)
@@ -33,8 +28,7 @@ def test_faithful_to_predict_everywhere(n_classes):
     assert flatten_model(model).split_rule == "float64<="
     rng = np.random.default_rng(1)
     rows = [X, rng.normal(scale=2.0, size=(100_000, 4))]
-    for f in range(4):
-        t = _thresholds(model, f)
+    for f, t in enumerate(split_values(model, 4)[0]):  # each feature's thresholds
         vals = np.concatenate([t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf)])
         P = X[rng.integers(0, len(X), size=vals.size)].copy()
         P[:, f] = vals
