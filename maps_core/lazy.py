@@ -189,8 +189,8 @@ def reachable_cells(cmin, cmax, coff, clow, cupp):
 
 
 @njit(cache=True, nogil=True)
-def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, max_seconds,
-               keep_best, guess, polish, hard_after, gbest, part, n_parts):
+def best_first(q, fo, ce, kern, max_pops, max_held, radius, probe, growth, max_rounds,
+               max_seconds, keep_best, guess, polish, hard_after, gbest, part, n_parts):
     """The ``q.k`` nearest boxes of the target classes (``q.tmask``, shape (n_classes,)).
 
     ``q`` is a :data:`Query`, ``fo`` the :data:`Forest`, ``ce`` the :data:`Cells` and
@@ -205,7 +205,10 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
     unbounded round), grown by ``growth`` until a round finds the k best (each round is
     exact below its bound), the radius covers every point the constraints allow, or
     ``max_rounds`` rounds failed (then one unbounded round). With ``guess`` (and ``k = 1``),
-    the first round is bounded instead by :func:`guess_radius`: that round completes. With
+    the first round is bounded instead by :func:`guess_radius`: that round completes.
+    Without, a ``probe`` below 1 adds a first round bounded at ``probe * radius``, for maps
+    whose answers often lie far nearer than ``radius`` (see :data:`maps_core.query.PROBE`);
+    it counts in no schedule, which resumes at ``radius`` if it fails. With
     ``polish`` (and ``k = 1``), once a round has popped ``hard_after`` boxes, a target cell
     the sweep probe finds is first polished towards ``x``
     (:func:`~maps_core._incumbent.polish_cell`) before it lowers the bound; from then on a
@@ -268,9 +271,15 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
     have_cap = False
     # with k = 1 only: a round bounded by one target cell guarantees one candidate
     polish = polish and q.k == 1  # probes' target cells polished (_bounded_search)
+    start = radius
+    probing = 0
     if guess and q.k == 1 and radius < np.inf:
         radius = _guessed(q, ce, kern, klo, khi, radius, deadline)
-    for rnd in range(max_rounds + 1):
+    elif probe < 1.0 and radius < np.inf:
+        probing = 1
+        radius *= probe
+    for it in range(max_rounds + 1 + probing):
+        rnd = it - probing  # the probe's round is round -1
         if rnd == max_rounds or radius >= far:
             radius = np.inf
         bound = accumulate_radius(q.norm, radius)
@@ -337,7 +346,7 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, growth, max_rounds, 
                 # must be found again at their own distance
                 cap = np.sort(u_d)[q.k - 1]
                 cap = cap + cap * 1e-12 + 1e-300
-        radius *= growth
+        radius = start if rnd < 0 else radius * growth
     raise AssertionError("unreachable: the last round is unbounded")
 
 
