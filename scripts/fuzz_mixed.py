@@ -1,5 +1,5 @@
 """Differential fuzz of the search on budgeted (mixed) maps against the independent brute
-force of ``tests/core/test_constraints``.
+force of ``tests.recourse``.
 
 Each seed trains a random forest, extra trees or gradient boosting (2-3 classes, 3-29
 trees, depth 2-5; with ``KINDS``, also XGBoost, XGBoost's random forest, LightGBM and
@@ -35,7 +35,8 @@ from sklearn.ensemble import (
 
 import maps_core.query
 from maps_core import CounterfactualMaps
-from tests.core.test_constraints import (
+from tests.library_splits import engine_model
+from tests.recourse import (
     GROUPED,
     OPTIONS,
     PLAIN,
@@ -46,7 +47,6 @@ from tests.core.test_constraints import (
     random_options,
     schema_of,
 )
-from tests.library_splits import engine_model
 
 
 def _model(rng: np.random.Generator, seed: int, kinds: list[str]):

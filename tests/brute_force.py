@@ -108,7 +108,7 @@ def brute_force(model: Any, x: np.ndarray, target_index: int, weights: np.ndarra
     """Exact optimum over real inputs: the least weighted ``norm`` distance from ``x``
     (shape (m,)) to a cell the model labels ``model.classes_[target_index]`` (its infimum,
     whichever side owns each end; ``inf`` when no cell is). For queries without
-    constraints on real, unbounded features; ``tests/core/test_constraints.BruteForce``
+    constraints on real, unbounded features; ``tests.recourse.BruteForce``
     adds integers, one-hot groups and constraints."""
     grid = cell_grid(model, x.shape[0])
     keep = grid.label == target_index

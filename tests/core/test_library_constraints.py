@@ -4,7 +4,7 @@ The other libraries' tests check complete maps of continuous features. Here the 
 models meet what loan data brings: integers, a binary and a one-hot group, maps stopped
 by a rectangle budget (so queries search mixed regions, whose cells and legal values
 follow each library's own split rule) and every constraint option. The brute force of
-``test_constraints`` reads each library's splits from the library itself
+``tests.recourse`` reads each library's splits from the library itself
 (``tests.library_splits``) and labels every cell with the library's own ``predict``.
 """
 
@@ -19,20 +19,20 @@ import xgboost as xgb
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 from maps_core import CounterfactualMaps
-from tests.core.test_constraints import (
+from tests.library_splits import engine_model, split_rule
+from tests.recourse import (
     GROUPED,
     NORMS,
     OPTIONS,
     PLAIN,
     BruteForce,
     Suite,
-    _seed,
     check_result,
     make_data,
     random_options,
     schema_of,
+    seed_of,
 )
-from tests.library_splits import engine_model, split_rule
 
 LIBRARIES: dict[str, Any] = {
     "xgboost": lambda s, c: xgb.XGBClassifier(n_estimators=6, max_depth=3, learning_rate=0.5,
@@ -71,7 +71,7 @@ def test_budgeted_maps_of_every_library_stay_exact(kind: str, norm: str) -> None
     for cols, n_classes, seed in ((PLAIN, 2, 3), (GROUPED, 3, 5)):
         suite = _suite(kind, cols, n_classes, seed, budget=6)
         assert suite.maps.stats.mixed_regions > 0
-        rng = np.random.default_rng(_seed("library", kind, norm, n_classes))
+        rng = np.random.default_rng(seed_of("library", kind, norm, n_classes))
         for x in suite.queries(rng, n_rows=2):
             w = rng.uniform(0.2, 2.0, size=x.shape[0])
             opts = random_options(OPTIONS[int(rng.integers(len(OPTIONS)))], cols, x, rng)
