@@ -47,9 +47,7 @@ class SearchPace:
     were long (popped ``long_boxes`` mixed-region boxes or more), which decides whether a
     single query's search runs in several threads (:data:`maps_core.query.PARALLEL_AFTER`),
     and the seconds, which decide whether a batch's rows do
-    (:data:`maps_core.query.PARALLEL_SECONDS`), and the share of answers that lay within a
-    probe's bound, which decides whether a search without a guess starts with a probe
-    round (:data:`maps_core.query.PROBE`). A share rather than a mean of boxes: on
+    (:data:`maps_core.query.PARALLEL_SECONDS`). A share rather than a mean of boxes: on
     maps whose typical search is short and a few are very long (Credit RF 100x5 under
     linf: p50 1.4 ms, p99 1.4 s) the mean says long, and the typical search would pay for
     threads it does not need. Written by every query without a lock: a lost update only
@@ -57,16 +55,12 @@ class SearchPace:
 
     long: list[float] = field(default_factory=lambda: [0.0] * N_NORMS)
     seconds: list[float] = field(default_factory=lambda: [0.0] * N_NORMS)
-    near: list[float] = field(default_factory=lambda: [0.0] * N_NORMS)
 
-    def record(self, norm: int, pops: int, seconds: float, long_boxes: int,
-               near: bool) -> None:
+    def record(self, norm: int, pops: int, seconds: float, long_boxes: int) -> None:
         """Count one instance's search under the norm of code ``norm`` that popped
-        ``pops`` boxes in ``seconds``, its answer within a probe's bound or not
-        (``near``)."""
+        ``pops`` boxes in ``seconds``."""
         self.long[norm] += ((pops >= long_boxes) - self.long[norm]) * PACE_WEIGHT
         self.seconds[norm] += (seconds - self.seconds[norm]) * PACE_WEIGHT
-        self.near[norm] += (near - self.near[norm]) * PACE_WEIGHT
 
 
 @dataclass(frozen=True, eq=False)

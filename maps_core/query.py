@@ -488,16 +488,16 @@ PARALLEL_AFTER = 256
 PARALLEL_SHARE = 0.5
 
 #: A search without a guess (linf; l1 and l2 with ``k > 1``) starts with a probe round
-#: bounded at PROBE times the schedule's first bound (:func:`~maps_core.lazy.best_first`)
-#: once at least PROBE_SHARE of the recent answers on its maps under its norm lay within
-#: that bound (:class:`~maps_core.engine.SearchPace`). Where the answers lie far nearer
-#: than the fixed start, a round bounded there clips the boxes around x to a ball far
-#: wider than the answer: Credit GB 300x4's linf test rows lie 1e-5 to 1e-3 of a
-#: feature's width away (92% within 1e-3), and popped 182 boxes at the median, 3.0 ms.
-#: Where they do not, the probe round is wasted: 0.15 ms on Adult GB 300x4 (1-2% within),
-#: hence the share (measured in the README).
+#: bounded at PROBE times the schedule's first bound (:func:`~maps_core.lazy.best_first`).
+#: Where the answers lie far nearer than the fixed start, a round bounded there clips the
+#: boxes around x to a ball far wider than the answer: Credit GB 300x4's linf test rows
+#: lie 1e-5 to 1e-3 of a feature's width away (92% within 1e-3), and popped 182 boxes at
+#: the median, 3.0 ms. Where they do not, the probe round costs its few boxes: 0.13 ms on
+#: Adult GB 300x4, whatever its bound (measured in the README). Every such search probes,
+#: rather than only on maps whose recent answers lay within the probe: that choice made a
+#: query's answer depend on the queries before it (the point differed in 10% of Credit GB
+#: 300x4's linf queries, the region in 36%, at the same distance).
 PROBE = 0.01
-PROBE_SHARE = 0.2
 
 
 def _guessing(opts: QueryOptions) -> bool:
@@ -658,20 +658,6 @@ def _first_radius(engine: SearchEngine, opts: QueryOptions) -> float:
     return np.inf
 
 
-def _probe(engine: SearchEngine, opts: QueryOptions) -> float:
-    """The probe factor a search on ``engine`` under ``opts`` passes to
-    :func:`~maps_core.lazy.best_first` (1: no probe round; :data:`PROBE`)."""
-    return PROBE if engine.pace.near[opts.norm_code] >= PROBE_SHARE else 1.0
-
-
-def _near(engine: SearchEngine, opts: QueryOptions, d: float) -> bool:
-    """Whether an answer at ``d`` (accumulated form, kernel units) lies within the probe
-    round's bound, as :class:`~maps_core.engine.SearchPace` counts it (never when the
-    search has no rounds)."""
-    radius = _first_radius(engine, opts)
-    return radius < np.inf and finish(opts.norm_code, d) < PROBE * radius
-
-
 #: Weighted per-feature costs whose binary exponents lie within +-_EXACT_EXP are summed
 #: (and, for l2, squared) as they come; beyond, every weight and switching cost is scaled
 #: by one power of two (exact in binary arithmetic) and the distances scaled back
@@ -821,14 +807,13 @@ def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, 
     if A.shape[0] * engine.pace.seconds[opts.norm_code] >= PARALLEL_SECONDS:
         n = max(1, min(budget.threads, A.shape[0] // PARALLEL_ROWS))
     held = budget.max_held(engine)
-    probe = _probe(engine, opts)
 
     def run(sel: Any, max_held: int) -> tuple[np.ndarray, ...]:
         return _batch(
             A[sel], cmins[sel], cmaxs[sel], tmasks[sel], cats[sel], opts.weights,
             opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
             engine.forest, engine.cells, engine.kernel, budget.max_boxes, max_held,
-            budget.max_seconds, _first_radius(engine, opts), probe, DEEPEN_GROWTH,
+            budget.max_seconds, _first_radius(engine, opts), PROBE, DEEPEN_GROWTH,
             DEEPEN_ROUNDS, budget.best_found, _guessing(opts), HARD_AFTER)
 
     if n == 1:
@@ -875,8 +860,7 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
             raise budget.exceeded(int(counters[out_of[0], 4]), engine)
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
-            engine.pace.record(norm, int(counters[r, 2]), float(seconds[r]), PARALLEL_AFTER,
-                               status[r] == ANSWERED and _near(engine, opts, float(dist[r])))
+            engine.pace.record(norm, int(counters[r, 2]), float(seconds[r]), PARALLEL_AFTER)
             if status[r] != ANSWERED and status[r] != BEST_FOUND:
                 continue
             kp, ev, po, hd, _ = counters[r].tolist()
@@ -928,15 +912,12 @@ def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
         if n == 1:
             out = best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
                              budget.max_held(engine), _first_radius(engine, opts),
-                             _probe(engine, opts), DEEPEN_GROWTH, DEEPEN_ROUNDS,
+                             PROBE, DEEPEN_GROWTH, DEEPEN_ROUNDS,
                              budget.max_seconds, budget.best_found, guess, guess, HARD_AFTER,
                              np.full(1, np.inf), 0, 1)
         else:
             out = _run_parts(engine, q, opts, budget, n, guess)
-        d = out[3]
-        near = out[10] == COMPLETE and d.shape[0] >= q.k and _near(
-            engine, opts, float(np.partition(d, q.k - 1)[q.k - 1]))
-        engine.pace.record(norm, out[9], time.perf_counter() - t0, PARALLEL_AFTER, near)
+        engine.pace.record(norm, out[9], time.perf_counter() - t0, PARALLEL_AFTER)
         return out
     lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
                                                        engine.kernel)
@@ -959,7 +940,6 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
     more (the hand-off to a thread, a second dispatch, each part's KD descent, and one
     part with nearly all the work), more than a typical Credit GB 300x4 search."""
     radius = _first_radius(engine, opts)
-    probe = _probe(engine, opts)
     seconds = budget.max_seconds
     if guess:
         t0 = time.perf_counter()
@@ -971,7 +951,7 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
     def part(p: int) -> tuple[Any, ...]:
         # the memory budget dealt out: part p's share, the remainder to the first parts
         return best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
-                          _share_of(held, n, p), radius, probe if not guess else 1.0,
+                          _share_of(held, n, p), radius, PROBE if not guess else 1.0,
                           DEEPEN_GROWTH, DEEPEN_ROUNDS, seconds, budget.best_found, False,
                           guess, HARD_AFTER, shared, p, n)
 

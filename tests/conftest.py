@@ -92,26 +92,24 @@ def shared_dir() -> Path:
 
 
 # Search schedules, as settings of maps_core.query: the default (one round from the
-# guess, mostly); the fixed start, as without a guess; many small rounds, most failing,
-# some reaching the unbounded last round; one unbounded round; every round hard from its
-# first box (the polish of the probe's cells and the probe-weighted cuts, which the
-# default keeps for rounds past HARD_AFTER boxes, beyond these tests' small searches);
-# every search without a guess (here every one) starting with a probe round at a tenth of
-# the first bound, which some answers lie within and some beyond (the default waits for
-# recent answers that did); every search in three parts at once and every batch in three
-# threads (the default waits for long searches, which these tests' maps do not have;
-# three parts run on the pool's one or more threads), those without a guess after a probe
-# round; searches in two parts with many rounds, some failing while the other part's
-# target is known.
+# guess, mostly); the fixed start, as without a guess (after the probe round, as every
+# search without a guess); many small rounds, most failing, some reaching the unbounded
+# last round; one unbounded round; every round hard from its first box (the polish of the
+# probe's cells and the probe-weighted cuts, which the default keeps for rounds past
+# HARD_AFTER boxes, beyond these tests' small searches); every search without a guess
+# (here every one) starting with a probe round at a tenth of the first bound rather than
+# a hundredth, so that more answers lie within it; every search in three parts at once
+# and every batch in three threads (the default waits for long searches, which these
+# tests' maps do not have; three parts run on the pool's one or more threads); searches
+# in two parts with many rounds, some failing while the other part's target is known.
 DEEPENING: dict[str, dict[str, object]] = {
     "default": {},
     "no-guess": {"DEEPEN_START": 0.1, "DEEPEN_GROWTH": 1.3, "GUESS_FIRST": False},
     "many-rounds": {"DEEPEN_START": 1e-3, "DEEPEN_GROWTH": 1.2, "GUESS_FIRST": False},
     "unbounded": {"DEEPEN_START": np.inf, "DEEPEN_GROWTH": 1.5, "GUESS_FIRST": False},
     "hard": {"HARD_AFTER": 0},
-    "probe": {"PROBE_SHARE": 0.0, "PROBE": 0.1, "GUESS_FIRST": False},
-    "parallel": {"PARALLEL_SHARE": 0.0, "PARALLEL_SECONDS": 0.0, "PROBE_SHARE": 0.0,
-                 "default_threads": lambda: 3},
+    "probe": {"PROBE": 0.1, "GUESS_FIRST": False},
+    "parallel": {"PARALLEL_SHARE": 0.0, "PARALLEL_SECONDS": 0.0, "default_threads": lambda: 3},
     "parallel-rounds": {"PARALLEL_SHARE": 0.0, "default_threads": lambda: 2,
                         "DEEPEN_START": 1e-3, "DEEPEN_GROWTH": 1.2, "GUESS_FIRST": False},
 }

@@ -145,7 +145,7 @@ def test_long_searches_switch_to_parts(forest, monkeypatch):
     assert pace.long[LINF] == pace.seconds[LINF] == 0
     while pace.long[L1] < 0.5:
         maps.counterfactual(X[0], threads=1, k=2)
-        pace.record(L1, 10_000, 1.0, 10, False)  # as after long searches
+        pace.record(L1, 10_000, 1.0, 10)  # as after long searches
     assert calls == []
     maps.counterfactual(X[1], threads=1)
     maps.counterfactual(X[1], k=2, threads=2)
@@ -154,7 +154,7 @@ def test_long_searches_switch_to_parts(forest, monkeypatch):
     maps.counterfactual(X[1], threads=2)
     assert calls == [2]
     while pace.long[L1] >= 0.5:
-        pace.record(L1, 0, 1e-4, 10, False)  # as after short searches
+        pace.record(L1, 0, 1e-4, 10)  # as after short searches
     maps.counterfactual(X[1], threads=2)
     assert calls == [2]
 
