@@ -461,8 +461,8 @@ DEEPEN_ROUNDS = 24
 # A guess that gives up after 0.3 ms: Credit GB 0.70x the time (test rows' p50 3.0 -> 0.7
 # ms), Adult GB 0.94x, but Credit RF 1.05x (p50 1.12 -> 1.46 ms) and PD 1.16x at the
 # median (0.58 -> 0.67 ms: its answers lie near the fixed start, so a guess buys nothing
-# there; benchmarks/results/linf_guess.patch). linf gets a probe round instead, kept to
-# the maps whose recent answers lie within it (PROBE): Credit GB 0.34x, the others 1.00x.
+# there; benchmarks/results/linf_guess.patch). linf gets a probe round instead (PROBE):
+# Credit GB 0.34x, Adult GB 1.08-1.13x, Credit RF 0.98x, PD within noise.
 GUESS_FIRST = True
 
 
