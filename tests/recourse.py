@@ -115,6 +115,28 @@ def schema_of(cols: list[Col]) -> FeatureSchema:
 # --------------------------------------------------------------------------------------
 # the independent brute force
 # --------------------------------------------------------------------------------------
+def constraint_box(names: list[str], lower: np.ndarray, upper: np.ndarray, x: np.ndarray,
+                   opts: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The box a query's options allow (``bounds``, ``direction``, ``immutable``, as the
+    API names them; features by ``names``) within the domain ``lower``, ``upper`` (shapes
+    (m,)), around ``x`` (shape (m,)): (cmin, cmax), shapes (m,)."""
+    cmin, cmax = np.array(lower, dtype=float), np.array(upper, dtype=float)
+    for name, (lo, hi) in opts.get("bounds", {}).items():
+        j = names.index(name)
+        cmin[j] = max(cmin[j], -np.inf if lo is None else lo)
+        cmax[j] = min(cmax[j], np.inf if hi is None else hi)
+    for name, d in opts.get("direction", {}).items():
+        j = names.index(name)
+        if d == "increase":
+            cmin[j] = max(cmin[j], x[j])
+        elif d == "decrease":
+            cmax[j] = min(cmax[j], x[j])
+    for name in opts.get("immutable", []):
+        j = names.index(name)
+        cmin[j], cmax[j] = max(cmin[j], x[j]), min(cmax[j], x[j])
+    return cmin, cmax
+
+
 @dataclass
 class Cells:
     """Feasible target cells of one query, clipped to the constraints."""
@@ -159,22 +181,8 @@ class BruteForce:
 
     def box(self, x: np.ndarray, opts: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """Constraint box: legal domain, user bounds, one-way changes, immutable features."""
-        names = [c.name for c in self.cols]
-        cmin, cmax = self.dom[:, 0].copy(), self.dom[:, 1].copy()
-        for name, (lo, hi) in opts.get("bounds", {}).items():
-            j = names.index(name)
-            cmin[j] = max(cmin[j], -np.inf if lo is None else lo)
-            cmax[j] = min(cmax[j], np.inf if hi is None else hi)
-        for name, d in opts.get("direction", {}).items():
-            j = names.index(name)
-            if d == "increase":
-                cmin[j] = max(cmin[j], x[j])
-            elif d == "decrease":
-                cmax[j] = min(cmax[j], x[j])
-        for name in opts.get("immutable", []):
-            j = names.index(name)
-            cmin[j], cmax[j] = max(cmin[j], x[j]), min(cmax[j], x[j])
-        return cmin, cmax
+        return constraint_box([c.name for c in self.cols], self.dom[:, 0], self.dom[:, 1], x,
+                              opts)
 
     def solve(self, x: np.ndarray, targets: list[int], opts: dict[str, Any], w: np.ndarray,
               norm: str, group_costs: dict[str, float] | None = None) -> Cells:

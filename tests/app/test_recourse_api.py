@@ -24,6 +24,7 @@ from sklearn.ensemble import RandomForestClassifier
 from svc_helpers import Service, start_service
 
 from maps_core import FeatureSchema, load_csv
+from tests.recourse import constraint_box
 
 CLASSES = ["<=50K", ">50K"]
 TARGET = ">50K"
@@ -114,22 +115,8 @@ def adult_value(adult: Adult, j: int, v: float) -> float | int:
     return int(v) if adult.integral[j] else float(v)
 
 
-def constraint_box(adult: Adult, x: np.ndarray, req: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    cmin, cmax = adult.lower.copy(), adult.upper.copy()
-    for name, (lo, hi) in req.get("bounds", {}).items():
-        j = adult.col(name)
-        cmin[j] = max(cmin[j], -np.inf if lo is None else lo)
-        cmax[j] = min(cmax[j], np.inf if hi is None else hi)
-    for name, d in req.get("direction", {}).items():
-        j = adult.col(name)
-        if d == "increase":
-            cmin[j] = max(cmin[j], x[j])
-        else:
-            cmax[j] = min(cmax[j], x[j])
-    for name in req.get("immutable", []):
-        j = adult.col(name)
-        cmin[j], cmax[j] = max(cmin[j], x[j]), min(cmax[j], x[j])
-    return cmin, cmax
+def adult_box(adult: Adult, x: np.ndarray, req: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    return constraint_box(adult.names, adult.lower, adult.upper, x, req)
 
 
 def costs(adult: Adult, x: np.ndarray, Z: np.ndarray, norm: str) -> np.ndarray:
@@ -169,7 +156,7 @@ def check_answer(adult: Adult, x: np.ndarray, req: dict[str, Any], ans: dict[str
     for g, js in adult.groups.items():
         assert np.isin(cf[js], (0, 1)).all() and cf[js].sum() == 1, f"group {g}: {cf[js]}"
     # constraints
-    cmin, cmax = constraint_box(adult, x, req)
+    cmin, cmax = adult_box(adult, x, req)
     bad = [adult.names[j] for j in np.flatnonzero((cf < cmin) | (cf > cmax))]
     assert not bad, f"constraints broken on {bad}"
     for n in req.get("immutable", []):
@@ -202,7 +189,7 @@ def check_answer(adult: Adult, x: np.ndarray, req: dict[str, Any], ans: dict[str
 def no_closer_row(adult: Adult, x: np.ndarray, req: dict[str, Any], distance: float) -> None:
     """Optimality on real data: no Adult row that satisfies the constraints and gets the
     target decision is closer than the certified distance."""
-    cmin, cmax = constraint_box(adult, x, req)
+    cmin, cmax = adult_box(adult, x, req)
     ok = np.all((adult.X >= cmin) & (adult.X <= cmax), axis=1) & (adult.labels == TARGET)
     if not ok.any():
         return
