@@ -84,6 +84,18 @@ def budgeted(request):
     return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model, max_rectangles=5)
 
 
+@pytest.fixture(scope="module")
+def mixed_forest():
+    """A forest whose budgeted maps leave most of the space mixed, so that every search
+    splits boxes of several regions: the model, its data, its complete maps and maps
+    stopped after 5 rectangles (built once per test module, so that no module's searches
+    shape another's pace)."""
+    X, y = synthetic(2, 5, 11)
+    model = RandomForestClassifier(n_estimators=40, max_depth=6, random_state=0).fit(X, y)
+    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model,
+                                                                               max_rectangles=5)
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not (SHARED / "datasets").is_dir():

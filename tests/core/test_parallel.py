@@ -29,23 +29,13 @@ def always_parts(monkeypatch):
     return calls
 
 
-@pytest.fixture(scope="module")
-def forest():
-    """A forest whose budgeted maps leave most of the space mixed, so that every search
-    splits boxes of several regions, and its complete maps."""
-    X, y = synthetic(2, 5, 11)
-    model = RandomForestClassifier(n_estimators=40, max_depth=6, random_state=0).fit(X, y)
-    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model,
-                                                                               max_rectangles=5)
-
-
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
 @pytest.mark.parametrize("threads", [2, 3, 5])
-def test_parts_give_the_answers_of_one(forest, norm, threads, always_parts):
+def test_parts_give_the_answers_of_one(mixed_forest, norm, threads, always_parts):
     """In 2, 3 or 5 parts, every answer is one part's (same distance, bit for bit) and the
     complete maps', valid by the model up to its region's ends; the parts together search
     the regions (boxes are popped)."""
-    model, X, full, part = forest
+    model, X, full, part = mixed_forest
     assert part.stats.mixed_regions > 10
     refined = 0
     for x in X[:30]:
@@ -85,12 +75,12 @@ def test_parts_match_brute_force_with_a_target(norm, always_parts):
 
 
 @pytest.mark.usefixtures("always_parts")
-def test_parts_keep_to_the_budgets(forest):
+def test_parts_keep_to_the_budgets(mixed_forest):
     """In 3 parts, each part pops at most ``max_boxes`` boxes and the parts' shares of
     ``max_memory`` sum to it: a search holds at most what it allows, completes with the
     exact answer or stops with BudgetExceededError, and, asked for the best found, answers
     validly with a lower bound no greater than the optimum."""
-    model, X, full, part = forest
+    model, X, full, part = mixed_forest
     eng = part.engine
     per_box = bytes_per_box(eng.grid.n_features, len(eng.kernel.roots), len(eng.classes))
     stopped = answered = 0
@@ -124,12 +114,12 @@ def test_parts_keep_to_the_budgets(forest):
     assert stopped > 0 and answered > 0, (stopped, answered)
 
 
-def test_long_searches_switch_to_parts(forest, monkeypatch):
+def test_long_searches_switch_to_parts(mixed_forest, monkeypatch):
     """A set of maps' searches under one norm run in one part until at least
     ``PARALLEL_SHARE`` of the recent ones popped ``PARALLEL_AFTER`` boxes or more, then in
     ``threads`` parts, and in one again once most are short; never with ``threads=1`` or
     ``k > 1``, nor under another norm whose searches are short."""
-    model, X, _, _ = forest
+    model, X, _, _ = mixed_forest
     maps = CounterfactualMaps.build(model, max_rectangles=5)  # a fresh pace
     calls = []
     real = maps_core.query._run_parts
@@ -160,8 +150,8 @@ def test_long_searches_switch_to_parts(forest, monkeypatch):
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "2", 65])
-def test_threads_must_be_a_positive_integer_within_the_limit(forest, bad):
-    _, X, _, part = forest
+def test_threads_must_be_a_positive_integer_within_the_limit(mixed_forest, bad):
+    _, X, _, part = mixed_forest
     with pytest.raises(InvalidQueryError, match="threads") as exc:
         part.counterfactual(X[0], threads=bad)
     assert exc.value.field == "threads"
@@ -193,11 +183,11 @@ def test_cgroup_cpu_quota(tmp_path, files, want):
         usable_cpus.cache_clear()
 
 
-def test_long_batches_deal_their_rows_out(forest, monkeypatch):
+def test_long_batches_deal_their_rows_out(mixed_forest, monkeypatch):
     """A batch whose rows are expected to take ``PARALLEL_SECONDS`` or more is answered in
     ``threads`` threads of at least ``PARALLEL_ROWS`` rows each, with the answers, regions
     and budgets of one thread; a short one in one call."""
-    model, X, _, part = forest
+    model, X, _, part = mixed_forest
     calls = []
     real = maps_core.query._batch
 

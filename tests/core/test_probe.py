@@ -7,20 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.ensemble import RandomForestClassifier
 
 import maps_core.query
-from maps_core import CounterfactualMaps
-from tests.conftest import synthetic
-
-
-@pytest.fixture(scope="module")
-def forest():
-    """A forest whose budgeted maps leave most of the space mixed, and its complete maps."""
-    X, y = synthetic(2, 5, 11)
-    model = RandomForestClassifier(n_estimators=40, max_depth=6, random_state=0).fit(X, y)
-    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model,
-                                                                               max_rectangles=5)
 
 
 def _first_at(monkeypatch, radius: float) -> None:
@@ -31,12 +19,12 @@ def _first_at(monkeypatch, radius: float) -> None:
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
 @pytest.mark.parametrize("k", [1, 3])
 def test_probe_round_gives_the_same_answers_whether_it_finds_them_or_not(
-        forest, norm, k, monkeypatch):
+        mixed_forest, norm, k, monkeypatch):
     """With every search probing (no guess) and the probe's bound at the median answer,
     about half the answers lie within the probe round and half beyond it. Each nearest
     answer is the complete maps' (to 1e-12), and the k best are distinct, sorted and
     valid by the model."""
-    model, X, full, part = forest
+    model, X, full, part = mixed_forest
     assert part.stats.mixed_regions > 10
     Q = X[:40]
     want = [full.counterfactual(x, norm=norm).best.distance for x in Q]
@@ -60,13 +48,13 @@ def test_probe_round_gives_the_same_answers_whether_it_finds_them_or_not(
 
 
 @pytest.mark.parametrize(("norm", "k"), [("linf", 1), ("l1", 2), ("l2", 2)])
-def test_a_probe_round_is_the_whole_search_or_adds_only_its_boxes(forest, norm, k,
-                                                                    monkeypatch):
+def test_a_probe_round_is_the_whole_search_or_adds_only_its_boxes(
+        mixed_forest, norm, k, monkeypatch):
     """Searches without a guess probe by default. Where the answer lies within the probe's
     bound, the search is that one round: the same boxes and answer as a search whose first
     round has that bound and no probe. Where it lies beyond, the search is the probe round
     and then the schedule: at least the boxes of the schedule alone, the same answer."""
-    model, X, _, part = forest
+    model, X, _, part = mixed_forest
     probe = maps_core.query.PROBE
     assert probe < 1
     hits = misses = 0
