@@ -39,7 +39,7 @@ from typing import Any
 import joblib
 import skops.io as sio
 
-from maps_core.adapters import check_model
+from maps_core.adapters import check_model, prepare_model
 from maps_core.adapters.lightgbm_text import parse_lightgbm
 from maps_core.adapters.xgboost_json import is_json, parse_xgboost
 from maps_core.exceptions import UnsupportedModelError
@@ -213,7 +213,9 @@ def load_model_file(
     Returns
     -------
     model : object
-        The deserialised object (not yet checked to be a supported classifier).
+        The deserialised object (not yet checked to be a supported classifier); a
+        LightGBM or XGBoost object (from a trusted pickle) as its parsed model file, the
+        way their own files load.
     format : str
         The reader's format name.
 
@@ -225,6 +227,7 @@ def load_model_file(
     reader = next(r for r in READERS if r.format == fmt)
     model = reader.load(path, trust_pickle, max_unpacked_bytes)
     try:
+        model = prepare_model(model)  # a pickled LGBMClassifier: its parsed model file
         check_model(model)
     except UnsupportedModelError as exc:
         raise InvalidInputError(f"the model file is unusable: {exc}", "model") from exc

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ._memory import default_build_memory
-from .adapters import flatten_model
+from .adapters import flatten_model, prepare_model
 from .engine import SearchEngine
 from .ensemble import FlatEnsemble
 from .exceptions import ArtifactError, InvalidQueryError, SchemaError
@@ -100,8 +100,9 @@ class CounterfactualMaps:
         Parameters
         ----------
         model : estimator
-            A fitted scikit-learn tree classifier (see :func:`maps_core.flatten_model`),
-            or an already flattened :class:`FlatEnsemble`.
+            A fitted tree classifier of scikit-learn, LightGBM or XGBoost, or its parsed
+            model file (see :func:`maps_core.flatten_model`), or an already flattened
+            :class:`FlatEnsemble`.
         schema : FeatureSchema, optional
             Legal domain and query defaults. Without it every feature is continuous and
             unbounded, named after the model's ``feature_names_in_`` or ``x0..``.
@@ -126,6 +127,8 @@ class CounterfactualMaps:
             Worker threads for the extraction (default: all cores).
         """
         t0 = time.perf_counter()
+        if not isinstance(model, FlatEnsemble):
+            model = prepare_model(model)  # LightGBM, XGBoost objects: their parsed files
         ens = model if isinstance(model, FlatEnsemble) else flatten_model(model)
         if schema is None:
             schema = FeatureSchema.default(ens.n_features, ens.feature_names)
@@ -172,6 +175,7 @@ class CounterfactualMaps:
         ArtifactError
             The model is not the one these maps were built from (fingerprints differ).
         """
+        model = prepare_model(model)
         ens = flatten_model(model)
         if ens.fingerprint() != self.fingerprint:
             raise ArtifactError("the model is not the one these maps were built from")

@@ -24,7 +24,7 @@ from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 
 __all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "TreeStack", "check_size",
-           "skip_always_left"]
+           "class_labels", "library_of", "plain", "skip_always_left"]
 
 #: Most input features a model may have (see the module docs).
 MAX_FEATURES = 100_000
@@ -32,6 +32,33 @@ MAX_FEATURES = 100_000
 MAX_CLASSES = 10_000
 #: Most entries (nodes times classes) of the flat ensemble's value matrix.
 MAX_NODE_VALUES = 2**25
+
+
+def library_of(model: Any) -> str:
+    """The top-level package an object's type comes from (``"sklearn"``, ``"lightgbm"``):
+    how adapters recognise a library's objects without importing it."""
+    return type(model).__module__.partition(".")[0]
+
+
+def plain(v: Any) -> Any:
+    """numpy scalar -> plain Python scalar (JSON-friendly)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def class_labels(labels: Any, n_classes: int, what: str) -> list[Any]:
+    """A fitted wrapper's ``classes_`` as plain Python scalars, in class-index order.
+
+    Raises
+    ------
+    UnsupportedModelError
+        When they are not ``n_classes`` distinct labels (the model's file and its wrapper
+        disagree).
+    """
+    out = [plain(c) for c in np.asarray(labels).ravel()]
+    if len(out) != n_classes or len({repr(c) for c in out}) != n_classes:
+        raise UnsupportedModelError(
+            f"the {what}'s classes_ ({len(out)}) do not match its booster's {n_classes} classes")
+    return out
 
 
 def check_size(what: str, *, n_features: int | None = None, n_classes: int | None = None,

@@ -47,10 +47,10 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT64_LE
-from ._trees import TreeStack, check_size
+from ._trees import TreeStack, check_size, class_labels, library_of
 
 __all__ = ["K_ZERO", "LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "effective_thresholds",
-           "lightgbm_view", "parse_lightgbm"]
+           "from_lightgbm", "lightgbm_view", "parse_lightgbm"]
 
 _OBJECTIVES = ("binary", "multiclass", "multiclassova")
 #: LightGBM's kZeroThreshold (1e-35f): inputs with ``|x| <= K_ZERO`` are read as 0.0.
@@ -84,6 +84,9 @@ class LightGBMModel:
         Random-forest mode: the raw score is the mean of the trees.
     trees : list
         In file order; tree ``i`` adds to class ``i % n_tree_per_iteration``.
+    labels : list, optional
+        Class labels in index order, when known (a fitted ``LGBMClassifier``'s
+        ``classes_``); a file alone stores indices 0..K-1.
     """
 
     n_classes: int
@@ -94,11 +97,13 @@ class LightGBMModel:
     average_output: bool
     n_tree_per_iteration: int
     trees: list[_Tree] = field(repr=False)
+    labels: list[Any] | None = None
 
     @property
     def classes_(self) -> np.ndarray:
-        """Class labels: the file stores label indices 0..K-1 (name them in the spec)."""
-        return np.arange(self.n_classes)
+        """Class labels: ``labels``, else the indices 0..K-1 a file stores (name them in
+        the spec)."""
+        return np.arange(self.n_classes) if self.labels is None else np.asarray(self.labels)
 
     def raw_scores(self, X: np.ndarray) -> np.ndarray:
         """Raw scores as LightGBM computes them (float64, trees in order), shape (n, K')
@@ -125,7 +130,7 @@ class LightGBMModel:
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Class labels as ``LGBMClassifier.predict`` (argmax, first index on a tie)."""
-        return np.argmax(self.predict_proba(X), axis=1)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
 
 def lightgbm_view(X: np.ndarray) -> np.ndarray:
@@ -334,7 +339,7 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
     return trees.ensemble(
         kind=f"LightGBM({model.objective})",
         n_features=model.n_features_in_,
-        classes=list(range(n_classes)),
+        classes=list(range(n_classes)) if model.labels is None else list(model.labels),
         feature_names=list(model.feature_names),
         base=np.zeros(n_classes),
         # binary: class 1 iff sigmoid(raw) > 0.5, so raw = 0 is class 0; multiclass:
@@ -344,14 +349,52 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
     )
 
 
+def from_lightgbm(model: Any) -> LightGBMModel:
+    """The parsed model of a LightGBM object in memory, read through its own text dump.
+
+    A ``lightgbm.Booster`` or a fitted scikit-learn wrapper (``LGBMClassifier``) writes
+    the file ``save_model`` would (``model_to_string``: the best iteration when early
+    stopping stored one, which is also what their ``predict`` uses); lightgbm itself is
+    never imported. A wrapper's ``classes_`` become the labels.
+
+    Raises
+    ------
+    UnsupportedModelError
+        An unfitted wrapper, an object that is no model, or a model the file format
+        refuses (see :func:`parse_lightgbm`).
+    """
+    kind = type(model).__name__
+    booster, wrapper = model, hasattr(model, "fit")  # the wrappers are scikit-learn estimators
+    if wrapper:
+        try:
+            booster = model.booster_
+        except Exception:  # lightgbm raises its own LGBMNotFittedError
+            raise UnsupportedModelError(f"the {kind} is not fitted") from None
+    dump = getattr(booster, "model_to_string", None)
+    if not callable(dump):
+        raise UnsupportedModelError(
+            f"unsupported LightGBM object {kind!r}: pass a fitted LGBMClassifier or a "
+            "lightgbm.Booster")
+    parsed = parse_lightgbm(dump())
+    labels = getattr(model, "classes_", None) if wrapper else None
+    if labels is not None:
+        parsed.labels = class_labels(labels, parsed.n_classes, kind)
+    return parsed
+
+
 class LightGBMAdapter:
-    """The registry's adapter for parsed LightGBM models."""
+    """The registry's adapter for LightGBM models: parsed text files, and the library's
+    own objects, read through their text dump (:func:`from_lightgbm`)."""
 
     name: str = "lightgbm"
-    supported: tuple[str, ...] = ("LightGBM text model (binary, multiclass, multiclassova)",)
+    supported: tuple[str, ...] = ("LightGBM text model (binary, multiclass, multiclassova), "
+                                  "LGBMClassifier, lightgbm.Booster",)
 
     def accepts(self, model: Any) -> bool:
-        return isinstance(model, LightGBMModel)
+        return isinstance(model, LightGBMModel) or library_of(model) == "lightgbm"
+
+    def prepare(self, model: Any) -> LightGBMModel:
+        return model if isinstance(model, LightGBMModel) else from_lightgbm(model)
 
     def check(self, model: Any) -> None:
         for i, t in enumerate(model.trees):  # parse_lightgbm checked; models built in code too

@@ -28,18 +28,13 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LE, FLOAT64_LE
-from ._trees import TreeStack, check_size, skip_always_left
+from ._trees import TreeStack, check_size, library_of, plain, skip_always_left
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
 _BOOSTING = ("GradientBoostingClassifier",)
 _HIST = ("HistGradientBoostingClassifier",)
 SUPPORTED = _TREES + _FORESTS + _BOOSTING + _HIST
-
-
-def _py(v: Any) -> Any:
-    """numpy scalar -> plain Python scalar (JSON-friendly)."""
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def _check(model: Any) -> str:
@@ -247,7 +242,7 @@ def flatten(model: Any) -> FlatEnsemble:
     if kind in _HIST:
         return _flatten_hist(model)
     m = int(model.n_features_in_)
-    classes = [_py(c) for c in np.asarray(model.classes_)]
+    classes = [plain(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
     check_size(f"the {kind}", n_classes=n_classes,
                n_nodes=sum(_n_nodes(getattr(e, "tree_", None), "node_count") for e in _estimators(model)))
@@ -302,7 +297,7 @@ def flatten(model: Any) -> FlatEnsemble:
 def _flatten_hist(model: Any) -> FlatEnsemble:
     """A HistGradientBoostingClassifier as a flat ensemble (see the module docs)."""
     m = int(model.n_features_in_)
-    classes = [_py(c) for c in np.asarray(model.classes_)]
+    classes = [plain(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
     binary = n_classes == 2
     if getattr(model, "is_categorical_", None) is not None and np.any(model.is_categorical_):
@@ -351,7 +346,10 @@ class SklearnAdapter:
     def accepts(self, model: Any) -> bool:
         # Any scikit-learn object: this adapter names what is wrong with an unsupported one
         # (a Pipeline, a regressor, an unfitted model).
-        return type(model).__module__.split(".")[0] == "sklearn"
+        return library_of(model) == "sklearn"
+
+    def prepare(self, model: Any) -> Any:
+        return model  # scikit-learn's own objects: their predict is the reference
 
     def check(self, model: Any) -> None:
         check_trees(model)

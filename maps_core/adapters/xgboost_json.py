@@ -52,9 +52,9 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LT
-from ._trees import TreeStack, check_size
+from ._trees import TreeStack, check_size, class_labels, library_of
 
-__all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "is_json", "parse_xgboost"]
+__all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "from_xgboost", "is_json", "parse_xgboost"]
 
 _OBJECTIVES = ("binary:logistic", "multi:softprob", "multi:softmax")
 
@@ -81,6 +81,9 @@ class XGBoostModel:
     base_margin : ndarray of shape (n_groups,), float32
         What every score starts from (one group for binary models).
     trees : list
+    labels : list, optional
+        Class labels in index order, when known (a fitted ``XGBClassifier``'s
+        ``classes_``); a file alone stores indices 0..K-1.
     """
 
     n_classes: int
@@ -89,11 +92,13 @@ class XGBoostModel:
     objective: str
     base_margin: np.ndarray
     trees: list[_Tree] = field(repr=False)
+    labels: list[Any] | None = None
 
     @property
     def classes_(self) -> np.ndarray:
-        """Class labels: the file stores label indices 0..K-1 (name them in the spec)."""
-        return np.arange(self.n_classes)
+        """Class labels: ``labels``, else the indices 0..K-1 a file stores (name them in
+        the spec)."""
+        return np.arange(self.n_classes) if self.labels is None else np.asarray(self.labels)
 
     def margins(self, X: np.ndarray) -> np.ndarray:
         """Scores as XGBoost computes them: float32, the base margin first, then every
@@ -120,11 +125,12 @@ class XGBoostModel:
         booster's own transform, before any softmax); else the first index of the highest
         probability."""
         if self.objective == "multi:softmax":
-            return np.argmax(self.margins(X), axis=1)
-        proba = self.predict_proba(X)
-        if self.objective == "binary:logistic":
-            return (proba[:, 1] > np.float32(0.5)).astype(np.int64)
-        return np.argmax(proba, axis=1)
+            index = np.argmax(self.margins(X), axis=1)
+        elif self.objective == "binary:logistic":
+            index = (self.predict_proba(X)[:, 1] > np.float32(0.5)).astype(np.int64)
+        else:
+            index = np.argmax(self.predict_proba(X), axis=1)
+        return self.classes_[index]
 
 
 def _expf(x: np.ndarray) -> np.ndarray:
@@ -463,7 +469,7 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
     return trees.ensemble(
         kind=f"XGBoost({model.objective})",
         n_features=model.n_features_in_,
-        classes=list(range(k)),
+        classes=list(range(k)) if model.labels is None else list(model.labels),
         feature_names=model.feature_names,
         base=base,
         tie_break="low",  # binary: a probability of exactly 0.5 is class 0; argmax: first
@@ -472,15 +478,65 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
     )
 
 
+def from_xgboost(model: Any) -> XGBoostModel:
+    """The parsed model of an XGBoost object in memory, read through its own JSON dump.
+
+    An ``xgboost.Booster`` or a fitted scikit-learn wrapper (``XGBClassifier``,
+    ``XGBRFClassifier``) writes the file ``save_model`` would (``save_raw("json")``, with
+    the best iteration that early stopping stored); xgboost itself is never imported. A
+    wrapper's ``classes_`` become the labels.
+
+    Raises
+    ------
+    UnsupportedModelError
+        An unfitted wrapper, an object that is no model, a wrapper whose ``missing`` is a
+        number (its ``predict`` sends that value the default way, which the file does not
+        record), or a model the file format refuses (see :func:`parse_xgboost`).
+    """
+    kind = type(model).__name__
+    booster, wrapper = model, hasattr(model, "get_booster")
+    if wrapper:
+        try:
+            booster = model.get_booster()
+        except Exception:  # xgboost raises its own NotFittedError
+            raise UnsupportedModelError(f"the {kind} is not fitted") from None
+        missing = getattr(model, "missing", None)  # None: NaN, as for a DMatrix
+        if missing is not None and not _is_nan(missing):
+            raise UnsupportedModelError(
+                f"the {kind} treats {missing!r} as missing (its missing parameter), which "
+                "cfmaps cannot represent: train with the default missing=nan")
+    dump = getattr(booster, "save_raw", None)
+    if not callable(dump):
+        raise UnsupportedModelError(
+            f"unsupported XGBoost object {kind!r}: pass a fitted XGBClassifier or an "
+            "xgboost.Booster")
+    parsed = parse_xgboost(bytes(dump("json")))
+    labels = getattr(model, "classes_", None) if wrapper else None
+    if labels is not None:
+        parsed.labels = class_labels(labels, parsed.n_classes, kind)
+    return parsed
+
+
+def _is_nan(v: Any) -> bool:
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
 class XGBoostAdapter:
-    """The registry's adapter for parsed XGBoost models."""
+    """The registry's adapter for XGBoost models: parsed JSON/UBJSON files, and the
+    library's own objects, read through their JSON dump (:func:`from_xgboost`)."""
 
     name: str = "xgboost"
     supported: tuple[str, ...] = ("XGBoost JSON/UBJSON model (binary:logistic, multi:softprob, "
-                                  "multi:softmax; gbtree)",)
+                                  "multi:softmax; gbtree), XGBClassifier, xgboost.Booster",)
 
     def accepts(self, model: Any) -> bool:
-        return isinstance(model, XGBoostModel)
+        return isinstance(model, XGBoostModel) or library_of(model) == "xgboost"
+
+    def prepare(self, model: Any) -> XGBoostModel:
+        return model if isinstance(model, XGBoostModel) else from_xgboost(model)
 
     def check(self, model: Any) -> None:
         n_groups = 1 if model.objective == "binary:logistic" else model.n_classes

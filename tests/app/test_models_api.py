@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import build_faults
+import numpy as np
 import pytest
 import skops.io as sio
 from sklearn.ensemble import RandomForestRegressor
@@ -332,3 +333,34 @@ def test_queries_are_served_while_a_build_runs(
     assert c.get("/readyz").status_code == 200
     gate.set()
     assert wait_built(c, building)["status"] == "ready"
+
+
+def test_trusted_pickles_of_lightgbm_and_xgboost_objects(service_factory: Any) -> None:
+    """A pickled LGBMClassifier (labels its own) or xgboost.Booster is read as its model
+    file: answers named by the wrapper's labels, valid by the object's own predict, and
+    the same after a restart; an unfitted wrapper is a 422 that says so."""
+    lgb = pytest.importorskip("lightgbm")
+    xgb = pytest.importorskip("xgboost")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 3))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    clf = lgb.LGBMClassifier(n_estimators=10, num_leaves=4, verbose=-1).fit(X, np.array(["no", "yes"])[y])
+    booster = xgb.train({"objective": "binary:logistic", "max_depth": 2}, xgb.DMatrix(X, y), 8)
+    data_dir = None
+    for obj, labels in ((clf, ["no", "yes"]), (booster, [0, 1])):
+        with service_factory(data_dir=data_dir, trust_pickle=True) as svc:
+            data_dir = svc.settings.data_dir
+            model_id = svc.add(pickle.dumps(obj))
+            assert svc.client.get(f"/v1/models/{model_id}").json()["classes"] == labels
+        with service_factory(data_dir=data_dir, trust_pickle=True) as svc:  # restarted
+            r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
+                                json={"instance": X[0].tolist()})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            point = np.array([list(body["counterfactual"].values())])  # in feature order
+            own = (obj.predict(point) if obj is clf
+                   else (booster.predict(xgb.DMatrix(point)) > np.float32(0.5)).astype(int))
+            assert own[0] == body["target"] != body["prediction"]
+        with service_factory(data_dir=data_dir, trust_pickle=True) as svc:
+            r = upload(svc.client, pickle.dumps(lgb.LGBMClassifier()))
+            assert r.status_code == 422 and "not fitted" in r.json()["message"]

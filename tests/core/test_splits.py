@@ -163,6 +163,9 @@ class _ToyAdapter:
     def accepts(self, model):
         return isinstance(model, _Toy)
 
+    def prepare(self, model):
+        return model
+
     def check(self, model):
         self.checked.append(model)
 
