@@ -30,7 +30,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from maps_core import NORM_NAMES, CounterfactualMaps, FeatureSchema, MapsError, load_csv
+from maps_core import (
+    DEFAULT_MAX_RECTANGLES,
+    NORM_NAMES,
+    CounterfactualMaps,
+    FeatureSchema,
+    MapsError,
+    load_csv,
+)
 
 from .progress import ProgressBar
 
@@ -395,7 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--target-column", metavar="COL", help="label column of --data (left out)")
     b.add_argument("--out", required=True, metavar="DIR", help="directory to write the maps to")
     b.add_argument("--max-seconds", type=_positive_float, metavar="S", help="time budget")
-    b.add_argument("--max-rectangles", type=_positive_int, metavar="N", help="size budget")
+    b.add_argument(
+        "--max-rectangles", type=_positive_int, metavar="N", default=DEFAULT_MAX_RECTANGLES,
+        help=f"rectangles certified before the rest stays mixed, searched exactly at query "
+        f"time (default {DEFAULT_MAX_RECTANGLES:,}, as the service)",
+    )
     b.add_argument(
         "--max-memory", type=_byte_size, metavar="SIZE",
         help="bytes the build may grow by, e.g. 2G (default: half the machine's or the "

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from maps_core import available_memory, default_build_memory
+from maps_core import DEFAULT_MAX_RECTANGLES, available_memory, default_build_memory
 
 MiB = 1024 * 1024
 
@@ -175,7 +175,7 @@ class Settings(BaseSettings):
     build_workers: int = Field(default=1, gt=0)
     build_jobs: int | None = Field(default=None, gt=0)
     build_max_seconds: float | None = Field(default=900.0, gt=0)
-    build_max_rectangles: int | None = Field(default=250_000, gt=0)
+    build_max_rectangles: int | None = Field(default=DEFAULT_MAX_RECTANGLES, gt=0)
     build_max_memory: int | None = Field(default=None, gt=0)
     default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
     log_format: Literal["text", "json"] = "text"

@@ -33,11 +33,12 @@ from .exceptions import (
     SchemaError,
     UnsupportedModelError,
 )
-from .maps import CounterfactualMaps, build_maps, load_maps
+from .maps import DEFAULT_MAX_RECTANGLES, CounterfactualMaps, build_maps, load_maps
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
 from .schema import Feature, FeatureSchema
 
 __all__ = [
+    "DEFAULT_MAX_RECTANGLES",
     "NORM_NAMES",
     "ArtifactError",
     "ArtifactNotFoundError",

@@ -16,7 +16,8 @@ from sklearn.ensemble import RandomForestClassifier
 
 from app.cli import main, schema_from_data
 from app.progress import ProgressBar
-from maps_core import CounterfactualMaps
+from app.settings import Settings
+from maps_core import DEFAULT_MAX_RECTANGLES, CounterfactualMaps
 from tests.conftest import ROOT
 
 NAMES = ["income", "age", "late", "debt"]
@@ -325,6 +326,26 @@ def test_build_errors(
     )  # fmt: skip
     assert code == 1 and "line 3" in err and "'age'" in err and "non-numeric" in err
     assert not Path(out).exists()
+
+
+def test_build_budget_defaults_to_the_library_and_service_default(
+    tmp_path: Path, model_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --max-rectangles, the CLI builds with DEFAULT_MAX_RECTANGLES (as the
+    library and the service); with it, with the number given."""
+    seen: list[Any] = []
+    real = CounterfactualMaps.build.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: Any, model: Any, schema: Any = None, **kw: Any) -> Any:
+        seen.append(kw["max_rectangles"])
+        return real(cls, model, schema, **kw)
+
+    monkeypatch.setattr(CounterfactualMaps, "build", classmethod(spy))
+    assert main(["build", str(model_file), "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert main(["build", str(model_file), "--out", str(tmp_path / "b"), "--no-progress",
+                 "--max-rectangles", "50"]) == 0
+    assert seen == [DEFAULT_MAX_RECTANGLES, 50]
+    assert Settings().build_max_rectangles == DEFAULT_MAX_RECTANGLES
 
 
 def test_usage_errors(model_file: Path, capsys: pytest.CaptureFixture[str]) -> None:

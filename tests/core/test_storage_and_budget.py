@@ -8,6 +8,7 @@ import pytest
 from sklearn.ensemble import RandomForestClassifier
 
 from maps_core import (
+    DEFAULT_MAX_RECTANGLES,
     ArtifactNotFoundError,
     BudgetExceededError,
     BuildOptionsError,
@@ -89,6 +90,23 @@ def test_damaged_artifacts_are_refused(built, tmp_path, damage):
 def test_missing_artifact(tmp_path):
     with pytest.raises(ArtifactNotFoundError):
         CounterfactualMaps.load(tmp_path / "nothing")
+
+
+def test_builds_stop_at_the_default_rectangle_budget(built):
+    """Without a size budget a build certifies about DEFAULT_MAX_RECTANGLES and keeps the
+    rest mixed (a 30-tree forest of depth 6 on 6 features has many more); None lifts the
+    limit, and a model within it gets complete maps either way."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(2000, 6, n_informative=4, random_state=0)
+    big = RandomForestClassifier(30, max_depth=6, random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(big, n_jobs=1)
+    assert DEFAULT_MAX_RECTANGLES <= maps.stats.rectangles < 1.1 * DEFAULT_MAX_RECTANGLES
+    assert maps.stats.mixed_regions > 0
+    model, _, small = built
+    assert small.stats.mixed_regions == 0
+    unlimited = CounterfactualMaps.build(model, max_rectangles=None)
+    assert unlimited.stats.rectangles_per_class == small.stats.rectangles_per_class
 
 
 def test_budget_error_mode(built):
