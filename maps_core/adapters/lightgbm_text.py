@@ -375,7 +375,11 @@ def from_lightgbm(model: Any) -> LightGBMModel:
         raise UnsupportedModelError(
             f"unsupported LightGBM object {kind!r}: pass a fitted LGBMClassifier or a "
             "lightgbm.Booster")
-    parsed = parse_lightgbm(dump())
+    try:
+        text = dump()
+    except Exception as exc:  # lightgbm's own errors (a freed booster, say)
+        raise UnsupportedModelError(f"could not read the {kind}: {exc}") from None
+    parsed = parse_lightgbm(text)
     labels = getattr(model, "classes_", None) if wrapper else None
     if labels is not None:
         parsed.labels = class_labels(labels, parsed.n_classes, kind)

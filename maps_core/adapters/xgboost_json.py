@@ -510,7 +510,11 @@ def from_xgboost(model: Any) -> XGBoostModel:
         raise UnsupportedModelError(
             f"unsupported XGBoost object {kind!r}: pass a fitted XGBClassifier or an "
             "xgboost.Booster")
-    parsed = parse_xgboost(bytes(dump("json")))
+    try:
+        data = bytes(dump("json"))
+    except Exception as exc:  # xgboost's own errors
+        raise UnsupportedModelError(f"could not read the {kind}: {exc}") from None
+    parsed = parse_xgboost(data)
     labels = getattr(model, "classes_", None) if wrapper else None
     if labels is not None:
         parsed.labels = class_labels(labels, parsed.n_classes, kind)

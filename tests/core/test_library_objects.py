@@ -188,7 +188,8 @@ def test_unfitted_objects_are_refused_by_name():
 
 
 def test_what_the_libraries_cannot_be_read_as_is_refused():
-    """Regressors (by their objective), objects that are no model, and an XGBClassifier
+    """Regressors (by their objective), objects that are no model, dumps that fail in the
+    library, and an XGBClassifier
     whose ``missing`` is a number: its predict sends that value the default way, which its
     file does not record."""
     X, y = _data(2)
@@ -203,6 +204,17 @@ def test_what_the_libraries_cannot_be_read_as_is_refused():
         flatten_model(xgb.DMatrix(X))
     with pytest.raises(UnsupportedModelError, match="missing"):
         CounterfactualMaps.build(xgb.XGBClassifier(n_estimators=3, missing=0.0).fit(X, y))
+    with pytest.raises(UnsupportedModelError, match="could not read the _Freed: freed"):
+        flatten_model(_Freed())
     # NaN in any float type is the default, and is read
     clf = xgb.XGBClassifier(n_estimators=3, missing=np.float32("nan")).fit(X, y)
     assert isinstance(prepare_model(clf), XGBoostModel)
+
+
+class _Freed:
+    """A booster whose dump fails inside the library."""
+
+    __module__ = "lightgbm.basic"
+
+    def model_to_string(self):
+        raise RuntimeError("freed")
