@@ -81,7 +81,9 @@ def budgeted(request):
     else:
         model = GradientBoostingClassifier(n_estimators=30, max_depth=3, random_state=0)
     model.fit(X, y)
-    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model, max_rectangles=5)
+    full = CounterfactualMaps.build(model, max_rectangles=None)  # past the default budget
+    assert full.stats.mixed_regions == 0
+    return model, X, full, CounterfactualMaps.build(model, max_rectangles=5)
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +94,10 @@ def mixed_forest():
     shape another's pace)."""
     X, y = synthetic(2, 5, 11)
     model = RandomForestClassifier(n_estimators=40, max_depth=6, random_state=0).fit(X, y)
-    return model, X, CounterfactualMaps.build(model), CounterfactualMaps.build(model,
-                                                                               max_rectangles=5)
+    # complete maps (more rectangles than the default budget), the reference
+    full = CounterfactualMaps.build(model, max_rectangles=None)
+    assert full.stats.mixed_regions == 0
+    return model, X, full, CounterfactualMaps.build(model, max_rectangles=5)
 
 
 @pytest.fixture(scope="session")
