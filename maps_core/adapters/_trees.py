@@ -16,6 +16,7 @@ cfmaps can build maps for comes near these limits:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 
 __all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "TreeStack", "check_size",
-           "class_labels", "library_of", "plain", "skip_always_left"]
+           "class_labels", "library_of", "parse_dump", "plain", "skip_always_left"]
 
 #: Most input features a model may have (see the module docs).
 MAX_FEATURES = 100_000
@@ -59,6 +60,33 @@ def class_labels(labels: Any, n_classes: int, what: str) -> list[Any]:
         raise UnsupportedModelError(
             f"the {what}'s classes_ ({len(out)}) do not match its booster's {n_classes} classes")
     return out
+
+
+def parse_dump(model: Any, booster: Any, wrapper: bool, method: str, args: tuple[Any, ...],
+               parse: Callable[[Any], Any], library: str, expected: str) -> Any:
+    """The parsed model file of a library's object in memory: ``booster.method(*args)``
+    (the library's own dump, as its ``save_model`` writes it) read by ``parse``; a fitted
+    scikit-learn ``wrapper``'s ``classes_`` become the parsed model's ``labels``.
+
+    Raises
+    ------
+    UnsupportedModelError
+        When ``booster`` has no such dump (naming what was ``expected``), the dump fails
+        inside the library, or ``parse`` refuses it.
+    """
+    kind = type(model).__name__
+    dump = getattr(booster, method, None)
+    if not callable(dump):
+        raise UnsupportedModelError(f"unsupported {library} object {kind!r}: pass {expected}")
+    try:
+        data = dump(*args)
+    except Exception as exc:  # the library's own errors (a freed booster, say)
+        raise UnsupportedModelError(f"could not read the {kind}: {exc}") from None
+    parsed = parse(data)
+    labels = getattr(model, "classes_", None) if wrapper else None
+    if labels is not None:
+        parsed.labels = class_labels(labels, parsed.n_classes, kind)
+    return parsed
 
 
 def check_size(what: str, *, n_features: int | None = None, n_classes: int | None = None,

@@ -47,7 +47,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT64_LE
-from ._trees import TreeStack, check_size, class_labels, library_of
+from ._trees import TreeStack, check_size, library_of, parse_dump
 
 __all__ = ["K_ZERO", "LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "effective_thresholds",
            "from_lightgbm", "lightgbm_view", "parse_lightgbm"]
@@ -370,20 +370,8 @@ def from_lightgbm(model: Any) -> LightGBMModel:
             booster = model.booster_
         except Exception:  # lightgbm raises its own LGBMNotFittedError
             raise UnsupportedModelError(f"the {kind} is not fitted") from None
-    dump = getattr(booster, "model_to_string", None)
-    if not callable(dump):
-        raise UnsupportedModelError(
-            f"unsupported LightGBM object {kind!r}: pass a fitted LGBMClassifier or a "
-            "lightgbm.Booster")
-    try:
-        text = dump()
-    except Exception as exc:  # lightgbm's own errors (a freed booster, say)
-        raise UnsupportedModelError(f"could not read the {kind}: {exc}") from None
-    parsed = parse_lightgbm(text)
-    labels = getattr(model, "classes_", None) if wrapper else None
-    if labels is not None:
-        parsed.labels = class_labels(labels, parsed.n_classes, kind)
-    return parsed
+    return parse_dump(model, booster, wrapper, "model_to_string", (), parse_lightgbm, "LightGBM",
+                      "a fitted LGBMClassifier or a lightgbm.Booster")
 
 
 class LightGBMAdapter:

@@ -52,7 +52,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LT
-from ._trees import TreeStack, check_size, class_labels, library_of
+from ._trees import TreeStack, check_size, library_of, parse_dump
 
 __all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "from_xgboost", "is_json", "parse_xgboost"]
 
@@ -505,20 +505,9 @@ def from_xgboost(model: Any) -> XGBoostModel:
             raise UnsupportedModelError(
                 f"the {kind} treats {missing!r} as missing (its missing parameter), which "
                 "cfmaps cannot represent: train with the default missing=nan")
-    dump = getattr(booster, "save_raw", None)
-    if not callable(dump):
-        raise UnsupportedModelError(
-            f"unsupported XGBoost object {kind!r}: pass a fitted XGBClassifier or an "
-            "xgboost.Booster")
-    try:
-        data = bytes(dump("json"))
-    except Exception as exc:  # xgboost's own errors
-        raise UnsupportedModelError(f"could not read the {kind}: {exc}") from None
-    parsed = parse_xgboost(data)
-    labels = getattr(model, "classes_", None) if wrapper else None
-    if labels is not None:
-        parsed.labels = class_labels(labels, parsed.n_classes, kind)
-    return parsed
+    return parse_dump(model, booster, wrapper, "save_raw", ("json",),
+                      lambda raw: parse_xgboost(bytes(raw)), "XGBoost",
+                      "a fitted XGBClassifier or an xgboost.Booster")
 
 
 def _is_nan(v: Any) -> bool:

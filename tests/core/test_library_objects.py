@@ -17,20 +17,11 @@ from maps_core import CounterfactualMaps, FeatureSchema, UnsupportedModelError, 
 from maps_core.adapters import adapter_for, check_model, prepare_model
 from maps_core.adapters.lightgbm_text import LightGBMModel
 from maps_core.adapters.xgboost_json import XGBoostModel
+from tests.conftest import synthetic
 from tests.library_splits import engine_model
 
 lgb = pytest.importorskip("lightgbm")
 xgb = pytest.importorskip("xgboost")
-
-
-def _data(n_classes: int, seed: int = 0, n: int = 600, m: int = 4):
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, m))
-    if n_classes == 2:
-        y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
-    else:
-        y = (X[:, 0] > 0).astype(int) + (X[:, 1] > 0.5)
-    return X, y
 
 
 def _lgbm_labels(X, y):
@@ -47,11 +38,11 @@ def _lgbm_multi(X, y):
 def _lgbm_early(X, y):
     clf = lgb.LGBMClassifier(n_estimators=400, num_leaves=8, learning_rate=0.3, verbose=-1,
                              random_state=0)
-    held_out = X[400:], y[400:]
+    held_out = X[300:], y[300:]
     # lightgbm 4.7 takes eval_X / eval_y and deprecates eval_set, which older versions need
     evals = (dict(eval_X=held_out[0], eval_y=held_out[1])
              if "eval_X" in inspect.signature(clf.fit).parameters else dict(eval_set=[held_out]))
-    clf.fit(X[:400], y[:400], callbacks=[lgb.early_stopping(5, verbose=False)], **evals)
+    clf.fit(X[:300], y[:300], callbacks=[lgb.early_stopping(5, verbose=False)], **evals)
     assert 0 < clf.best_iteration_ < 400  # early stopping took effect
     return clf
 
@@ -68,7 +59,7 @@ def _xgb(X, y):
 def _xgb_early(X, y):
     clf = xgb.XGBClassifier(n_estimators=400, max_depth=3, learning_rate=0.5,
                             early_stopping_rounds=5, random_state=0)
-    clf.fit(X[:400], y[:400], eval_set=[(X[400:], y[400:])], verbose=False)
+    clf.fit(X[:300], y[:300], eval_set=[(X[300:], y[300:])], verbose=False)
     assert 0 < clf.best_iteration < 399
     return clf
 
@@ -108,7 +99,7 @@ def _library_predict(obj, P: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module", params=sorted(OBJECTS))
 def built(request):
     n_classes, fit, parsed_type = OBJECTS[request.param]
-    X, y = _data(n_classes)
+    X, y = synthetic(n_classes, 4, 0)
     obj = fit(X, y)
     schema = FeatureSchema.default(X.shape[1])
     return obj, parsed_type, X, CounterfactualMaps.build(obj, schema, n_jobs=1)
@@ -192,7 +183,7 @@ def test_what_the_libraries_cannot_be_read_as_is_refused():
     library, and an XGBClassifier
     whose ``missing`` is a number: its predict sends that value the default way, which its
     file does not record."""
-    X, y = _data(2)
+    X, y = synthetic(2, 4, 0)
     with pytest.raises(UnsupportedModelError, match="objective 'regression'"):
         flatten_model(lgb.LGBMRegressor(n_estimators=3, verbose=-1).fit(X, y))
     with pytest.raises(UnsupportedModelError, match="objective 'reg:squarederror'"):
