@@ -106,20 +106,17 @@ def _as_served(kind: str, model: Any) -> Any:
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Build one model's maps and time its queries (runs in a subprocess of its own)."""
-    from sklearn.ensemble import RandomForestClassifier
     from sklearn.model_selection import train_test_split
 
     from app.settings import Settings
-    from benchmarks.common import SHARED
+    from benchmarks.common import SHARED, warm_up
     from maps_core import BudgetExceededError, CounterfactualMaps, load_csv
 
     data = load_csv(SHARED / "datasets" / f"{spec['dataset']}.csv")
     Xtr, Xte, ytr, _ = train_test_split(data.X, data.y, test_size=0.2, random_state=0)
     trained = _model(spec["kind"], spec["trees"], spec["depth"]).fit(Xtr, ytr)
     model = _as_served(spec["kind"], trained)
-    # compile the kernels on a tiny model first: JIT time is not build time
-    warm = RandomForestClassifier(2, max_depth=2, random_state=0).fit(Xtr[:300], ytr[:300])
-    CounterfactualMaps.build(warm, data.schema).counterfactual(Xte[0])
+    warm_up(Xtr, ytr, data.schema, Xte[0])  # JIT time is neither build nor query time
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     defaults = Settings()
     max_rect = spec.get("max_rectangles") or defaults.build_max_rectangles

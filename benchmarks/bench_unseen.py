@@ -67,8 +67,8 @@ def _model(name: str, X: np.ndarray, y: np.ndarray, rng: np.random.Generator):
 
 def run_one(name: str, n_queries: int, max_seconds: float, norm_seconds: float) -> dict:
     from sklearn.datasets import make_classification
-    from sklearn.ensemble import RandomForestClassifier
 
+    from benchmarks.common import warm_up
     from maps_core import BudgetExceededError, CounterfactualMaps, Feature, FeatureSchema
 
     rows, m, informative, k, _ = CASES[name]
@@ -79,12 +79,7 @@ def run_one(name: str, n_queries: int, max_seconds: float, norm_seconds: float) 
     lo, hi = X.min(0), X.max(0)
     schema = FeatureSchema([Feature(f"f{j}", lower=float(lo[j]), upper=float(hi[j]))
                             for j in range(m)])
-    # JIT warm-up, not timed: maps stopped after one rectangle, so that the mixed-region
-    # search compiles too (complete maps only descend the KD trees)
-    warm = RandomForestClassifier(4, max_depth=4, random_state=0).fit(X[:500], y[:500])
-    warm_maps = CounterfactualMaps.build(warm, schema, max_rectangles=1)
-    for norm in ("l1", "l2", "linf"):
-        warm_maps.counterfactual(X[0], norm=norm)
+    warm_up(X, y, schema, X[0])  # not timed
     t = time.perf_counter()
     maps = CounterfactualMaps.build(model, schema)
     out: dict = {"case": name, "T0_s": round(time.perf_counter() - t, 2),
