@@ -137,8 +137,7 @@ class CounterfactualMaps:
             Worker threads for the extraction (default: all cores).
         """
         t0 = time.perf_counter()
-        if not isinstance(model, FlatEnsemble):
-            model = prepare_model(model)  # LightGBM, XGBoost objects: their parsed files
+        model = prepare_model(model)  # LightGBM, XGBoost objects: their parsed files
         ens = model if isinstance(model, FlatEnsemble) else flatten_model(model)
         if schema is None:
             schema = FeatureSchema.default(ens.n_features, ens.feature_names)

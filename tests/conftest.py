@@ -69,6 +69,14 @@ def region_end_points(region, x):
     return np.array(pts).reshape(-1, x.shape[0])
 
 
+def complete_maps(model):
+    """The model's complete maps, the reference of the budgeted ones: built without a size
+    budget (these forests need more rectangles than the default) and asserted complete."""
+    maps = CounterfactualMaps.build(model, max_rectangles=None)
+    assert maps.stats.mixed_regions == 0
+    return maps
+
+
 @pytest.fixture(scope="module", params=[("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)],
                 ids=lambda p: f"{p[0]}-{p[1]}cls")
 def budgeted(request):
@@ -81,9 +89,7 @@ def budgeted(request):
     else:
         model = GradientBoostingClassifier(n_estimators=30, max_depth=3, random_state=0)
     model.fit(X, y)
-    full = CounterfactualMaps.build(model, max_rectangles=None)  # past the default budget
-    assert full.stats.mixed_regions == 0
-    return model, X, full, CounterfactualMaps.build(model, max_rectangles=5)
+    return model, X, complete_maps(model), CounterfactualMaps.build(model, max_rectangles=5)
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +100,7 @@ def mixed_forest():
     shape another's pace)."""
     X, y = synthetic(2, 5, 11)
     model = RandomForestClassifier(n_estimators=40, max_depth=6, random_state=0).fit(X, y)
-    # complete maps (more rectangles than the default budget), the reference
-    full = CounterfactualMaps.build(model, max_rectangles=None)
-    assert full.stats.mixed_regions == 0
-    return model, X, full, CounterfactualMaps.build(model, max_rectangles=5)
+    return model, X, complete_maps(model), CounterfactualMaps.build(model, max_rectangles=5)
 
 
 @pytest.fixture(scope="session")
