@@ -68,8 +68,18 @@ def _lightgbm_thresholds(model: Any, m: int) -> list[np.ndarray]:
     def walk(node: dict[str, Any]) -> None:
         if "split_feature" not in node:
             return
-        assert node.get("decision_type", "<=") == "<=", node.get("decision_type")
-        per[int(node["split_feature"])].append(float(node["threshold"]))
+        f = int(node["split_feature"])
+        if node.get("decision_type") == "==":
+            # a categorical split: LightGBM reads x as the code int(x) (truncated toward
+            # zero; negative codes and NaN go right), so its sides change only at -1 and
+            # just below each integer from 1 up to one past the largest code it names.
+            # Every such cut: the brute force's cells may be finer than the model's.
+            top = max(int(c) for c in str(node["threshold"]).split("||"))
+            per[f].append(-1.0)
+            per[f].extend(np.nextafter(np.arange(1.0, top + 2.0), -np.inf).tolist())
+        else:
+            assert node.get("decision_type", "<=") == "<=", node.get("decision_type")
+            per[f].append(float(node["threshold"]))
         walk(node["left_child"])
         walk(node["right_child"])
 

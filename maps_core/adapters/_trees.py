@@ -25,7 +25,8 @@ from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 
 __all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "TreeStack", "check_size",
-           "class_labels", "library_of", "parse_dump", "plain", "skip_always_left"]
+           "class_labels", "code_set_cuts", "library_of", "parse_dump", "plain",
+           "skip_always_left", "unfold_tree"]
 
 #: Most input features a model may have (see the module docs).
 MAX_FEATURES = 100_000
@@ -167,6 +168,156 @@ def skip_always_left(left: np.ndarray, right: np.ndarray,
             np.array(new_right, dtype=np.int64))
 
 
+def code_set_cuts(codes: np.ndarray, lowest: float) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical split as cuts on the real line: the input goes one way when its
+    integer code is in ``codes``, the other way otherwise.
+
+    The library reads an input ``v`` as the code ``c`` when ``v`` lies in ``(lowest, 1)``
+    for ``c = 0`` and in ``[c, c + 1)`` for ``c >= 1`` (C's truncation toward zero; with
+    ``lowest = -1`` a value in ``(-1, 0)`` is code 0 too, as in LightGBM); every other
+    value (below, beyond the set's codes, NaN) goes the *out* way. Each run of consecutive
+    codes becomes one interval, written in the ``x <= t`` language of the flat ensemble:
+    ``x >= c`` is ``x > nextafter(c, -inf)``.
+
+    Parameters
+    ----------
+    codes : ndarray of int, shape (k,)
+        The codes of the set, distinct and non-negative, in any order.
+    lowest : float
+        The largest value below code 0's interval (-1.0 for LightGBM).
+
+    Returns
+    -------
+    cuts : ndarray of shape (2 r,)
+        Increasing cut points for the ``r`` runs.
+    inside : ndarray of bool, shape (2 r + 1,)
+        Per interval between the cuts (``(-inf, cuts[0]]``, ``(cuts[0], cuts[1]]``, ...,
+        ``(cuts[-1], inf)``), whether its inputs are in the set.
+    """
+    c = np.unique(np.asarray(codes, dtype=np.int64))
+    if c.size == 0:
+        return np.zeros(0), np.zeros(1, dtype=bool)
+    starts = c[np.r_[True, np.diff(c) > 1]]
+    ends = c[np.r_[np.diff(c) > 1, True]]
+    below = np.where(starts == 0, lowest, np.nextafter(starts.astype(np.float64), -np.inf))
+    above = np.nextafter((ends + 1).astype(np.float64), -np.inf)
+    cuts = np.column_stack([below, above]).ravel()
+    inside = np.zeros(cuts.size + 1, dtype=bool)
+    inside[1::2] = True
+    return cuts, inside
+
+
+def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndarray],
+                left: np.ndarray, right: np.ndarray, max_nodes: int,
+                where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A tree whose splits send an input left or right by *intervals* of one feature (a
+    categorical split: several runs of codes each way) as a tree of plain ``x <= t``
+    splits, each such split a balanced chain of them with a copy of the child subtree
+    below every run.
+
+    A copy only meets the inputs of its run, so every split below it is restricted to
+    that run and to its ancestors' intervals: where they decide a split one way the split
+    is dropped (its other subtree cannot be reached), which keeps nested categorical
+    splits on the same feature from multiplying. The decision is unchanged for every
+    real input.
+
+    Parameters
+    ----------
+    feature : ndarray of int, shape (n_internal,)
+        Split feature of each internal node.
+    cuts, sides : lists of n_internal arrays
+        Node ``i`` sends an input in the interval ``j`` of its increasing ``cuts[i]`` (shape
+        (k,); intervals ``(-inf, cuts[0]]``, ..., ``(cuts[-1], inf)``) to its left child
+        when ``sides[i][j]`` (shape (k + 1,)) is False, else to its right child. A plain
+        split ``x <= t`` has ``cuts = [t]``, ``sides = [False, True]``.
+    left, right : ndarray of int, shape (n_internal,)
+        Children: an internal node ``>= 0``, leaf ``j`` as ``~j`` (LightGBM's convention).
+        The root is internal node 0; children come after their parent.
+    max_nodes : int
+        Most nodes the result may have.
+    where : str
+        The tree, for error messages.
+
+    Returns
+    -------
+    feature, threshold, left, right : ndarrays of shape (n,)
+        The unfolded tree as :meth:`TreeStack.add` takes it (root 0, children after their
+        parent, -1 at leaves).
+    leaf : ndarray of int, shape (n,)
+        Source leaf of each node (-1 at internal nodes).
+
+    Raises
+    ------
+    UnsupportedModelError
+        When the result would have more than ``max_nodes`` nodes.
+    """
+    out_f: list[int] = []
+    out_t: list[float] = []
+    out_l: list[int] = []
+    out_r: list[int] = []
+    out_leaf: list[int] = []
+
+    def emit(f: int, t: float, leaf: int) -> int:
+        if len(out_f) >= max_nodes:
+            raise UnsupportedModelError(
+                f"{where}: its categorical splits unfold to more than {max_nodes:,} nodes of "
+                "plain splits; one-hot encode the categories with many codes instead")
+        out_f.append(f)
+        out_t.append(t)
+        out_l.append(-1)
+        out_r.append(-1)
+        out_leaf.append(leaf)
+        return len(out_f) - 1
+
+    def link(parent: int, side: int, child: int) -> None:
+        if parent >= 0:
+            (out_r if side else out_l)[parent] = child
+
+    Box = dict[int, tuple[float, float]]
+    # tasks: ("node", child id, box, parent, side) and ("runs", f, runs, box, parent, side),
+    # a run being (lo, hi, child id): the inputs with lo < x <= hi go to that child
+    stack: list[tuple[Any, ...]] = [("node", 0, {}, -1, 0)]
+    while stack:
+        task = stack.pop()
+        if task[0] == "node":
+            _, nd, box, parent, side = task
+            if nd < 0:
+                link(parent, side, emit(-1, 0.0, ~nd))
+                continue
+            f = int(feature[nd])
+            lo, hi = box.get(f, (-np.inf, np.inf))
+            c, s = cuts[nd], sides[nd]
+            runs: list[tuple[float, float, int]] = []
+            for j in range(c.size + 1):
+                a = c[j - 1] if j else -np.inf
+                b = c[j] if j < c.size else np.inf
+                a, b = max(a, lo), min(b, hi)
+                if a >= b:
+                    continue  # no input of the box lies in this interval
+                child = int(right[nd] if s[j] else left[nd])
+                if runs and runs[-1][2] == child:
+                    runs[-1] = (runs[-1][0], b, child)
+                else:
+                    runs.append((a, b, child))
+            stack.append(("runs", f, runs, box, parent, side))
+        else:
+            _, f, runs, box, parent, side = task
+            if len(runs) == 1:
+                a, b, child = runs[0]
+                inner: Box = dict(box)
+                inner[f] = (a, b)
+                stack.append(("node", child, inner, parent, side))
+                continue
+            mid = len(runs) // 2
+            here = emit(f, runs[mid - 1][1], -1)
+            link(parent, side, here)
+            stack.append(("runs", f, runs[mid:], box, here, 1))
+            stack.append(("runs", f, runs[:mid], box, here, 0))
+    return (np.array(out_f, dtype=np.int64), np.array(out_t, dtype=np.float64),
+            np.array(out_l, dtype=np.int64), np.array(out_r, dtype=np.int64),
+            np.array(out_leaf, dtype=np.int64))
+
+
 class TreeStack:
     """The node arrays of the trees added so far, concatenated in order."""
 
@@ -204,6 +355,11 @@ class TreeStack:
         self._parts["value"].append(np.asarray(value, dtype=np.float64))
         self._roots.append(offset)
         self._n += left.shape[0]
+
+    @property
+    def n_nodes(self) -> int:
+        """Nodes of the trees added so far."""
+        return self._n
 
     def ensemble(self, **fields: Any) -> FlatEnsemble:
         """The flat ensemble of the trees, with the model-level ``fields`` (kind, classes,

@@ -21,7 +21,18 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   missing and goes the default way; 2 NaN: NaN goes the default way). cfmaps refuses NaN
   in queries, so the default direction never matters, except for the *zero* type, where
   0.0 itself is routed by it: such models (``zero_as_missing=True``) are refused, as are
-  categorical splits and linear trees.
+  linear trees.
+* a categorical split (``categorical_feature``, or a pandas ``category`` column) sends
+  ``x`` left iff its code is in the node's bitset (``cat_threshold`` words from
+  ``cat_boundaries[k]``, ``k`` the node's threshold). LightGBM reads the code as C's
+  ``int(x)``, truncated toward zero, and sends a negative code, NaN and a code past the
+  bitset right: so code 0 is every ``x`` in ``(-1, 1)``, code ``c >= 1`` every ``x`` in
+  ``[c, c + 1)``. Each such split becomes a balanced chain of ``x <= t`` splits, one
+  interval per run of codes, with a copy of the child subtree below each run
+  (:func:`~maps_core.adapters._trees.unfold_tree`): the flat ensemble decides every real
+  input as LightGBM does, and on a feature declared ``integer`` or ``nominal`` the chain's
+  cuts fall between codes. A tree whose chains would unfold past
+  :data:`MAX_UNFOLDED_NODES` nodes is refused.
 * ``sigmoid`` (binary, multiclassova) must be a positive finite number, as LightGBM itself
   requires when it loads a file; models beyond the size limits of
   :mod:`maps_core.adapters._trees` (features, classes, nodes times classes) are refused
@@ -47,14 +58,20 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT64_LE
-from ._trees import TreeStack, check_size, library_of, parse_dump
+from ._trees import TreeStack, check_size, code_set_cuts, library_of, parse_dump, unfold_tree
 
-__all__ = ["K_ZERO", "LIGHTGBM", "LightGBMAdapter", "LightGBMModel", "effective_thresholds",
-           "from_lightgbm", "lightgbm_view", "parse_lightgbm"]
+__all__ = ["K_ZERO", "LIGHTGBM", "MAX_UNFOLDED_NODES", "LightGBMAdapter", "LightGBMModel",
+           "effective_thresholds", "from_lightgbm", "lightgbm_view", "parse_lightgbm"]
 
 _OBJECTIVES = ("binary", "multiclass", "multiclassova")
 #: LightGBM's kZeroThreshold (1e-35f): inputs with ``|x| <= K_ZERO`` are read as 0.0.
 K_ZERO = float(np.float32(1e-35))
+#: Most nodes one tree may have once its categorical splits are unfolded into plain ones.
+MAX_UNFOLDED_NODES = 1 << 20
+#: LightGBM reads a categorical input as ``int(x)`` (C's truncation toward zero); beyond
+#: int32 the conversion gives a negative code, which goes right like any code past the
+#: bitset.
+_INT32_END = 2.0**31
 
 
 @dataclass
@@ -65,6 +82,22 @@ class _Tree:
     left: np.ndarray  # (n_internal,) int; < 0: leaf ~child
     right: np.ndarray
     leaf_value: np.ndarray  # (n_leaves,) float64
+    # categorical splits: node i (decision_type bit 0) sends left the codes whose bits are
+    # set in the words cat_threshold[cat_boundaries[k]:cat_boundaries[k + 1]], k = its
+    # threshold
+    cat_boundaries: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    cat_threshold: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def categorical(self) -> np.ndarray:
+        """Boolean mask of the categorical splits, shape (n_internal,)."""
+        return (self.decision_type & 1).astype(bool)
+
+    def codes(self, node: int) -> np.ndarray:
+        """The codes the categorical split ``node`` sends left, increasing."""
+        k = int(self.threshold[node])
+        words = self.cat_threshold[self.cat_boundaries[k]:self.cat_boundaries[k + 1]]
+        bits = np.unpackbits(words.astype("<u4").view(np.uint8), bitorder="little")
+        return np.flatnonzero(bits)
 
 
 @dataclass
@@ -156,15 +189,33 @@ def _tree_values(t: _Tree, X: np.ndarray) -> np.ndarray:
     node = np.zeros(n, dtype=np.int64)
     out = np.empty(n)
     active = np.arange(n)
+    cat = t.categorical()
     while active.size:
         nd = node[active]
-        go_left = X[active, t.split_feature[nd]] <= t.threshold[nd]
+        v = X[active, t.split_feature[nd]]
+        go_left = v <= t.threshold[nd]
+        at_cat = cat[nd]
+        if at_cat.any():
+            go_left[at_cat] = _in_code_set(t, nd[at_cat], v[at_cat])
         child = np.where(go_left, t.left[nd], t.right[nd])
         leaf = child < 0
         out[active[leaf]] = t.leaf_value[~child[leaf]]
         node[active[~leaf]] = child[~leaf]
         active = active[~leaf]
     return out
+
+
+def _in_code_set(t: _Tree, nodes: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """LightGBM's categorical decision: whether each input ``v`` (its view) at the
+    categorical split ``nodes`` goes left, shape (n,)."""
+    ok = (v > -1.0) & (v < _INT32_END)  # False for NaN
+    code = np.where(ok, np.trunc(np.where(ok, v, 0.0)), 0).astype(np.int64)
+    k = t.threshold[nodes].astype(np.int64)
+    start, end = t.cat_boundaries[k], t.cat_boundaries[k + 1]
+    word = start + code // 32
+    ok &= word < end
+    bits = t.cat_threshold[np.where(ok, word, 0)] if t.cat_threshold.size else np.zeros(v.size, np.int64)
+    return ok & (((bits >> (code % 32)) & 1) == 1)
 
 
 def _fields(block: str) -> dict[str, str]:
@@ -252,10 +303,10 @@ def parse_lightgbm(text: str) -> LightGBMModel:
             n_leaves = int(f["num_leaves"])
         except (KeyError, ValueError):
             raise UnsupportedModelError(f"LightGBM model file: {where} has no num_leaves") from None
-        if int(f.get("num_cat", "0") or 0) > 0:
-            raise UnsupportedModelError(
-                f"LightGBM categorical splits are not supported ({where}); one-hot encode the "
-                "categories and declare them as a group in the spec")
+        try:
+            num_cat = int(f.get("num_cat", "0") or 0)
+        except ValueError:
+            raise UnsupportedModelError(f"LightGBM model file: {where}: malformed num_cat") from None
         if f.get("is_linear", "0") not in ("0", ""):
             raise UnsupportedModelError(f"LightGBM linear trees are not supported ({where})")
         n_int = n_leaves - 1
@@ -267,6 +318,10 @@ def parse_lightgbm(text: str) -> LightGBMModel:
             right=_array(f, "right_child", np.int64, n_int, where),
             leaf_value=_array(f, "leaf_value", np.float64, n_leaves, where),
         )
+        if num_cat > 0:
+            t.cat_boundaries = _array(f, "cat_boundaries", np.int64, num_cat + 1, where)
+            t.cat_threshold = _array(f, "cat_threshold", np.int64,
+                                     len(f.get("cat_threshold", "").split()), where)
         _check_tree(t, n_features, where)
         trees.append(t)
     if not trees or len(trees) % per_iter:
@@ -287,8 +342,16 @@ def _n_nodes(trees: list[_Tree]) -> int:
 
 def _check_tree(t: _Tree, n_features: int, where: str) -> None:
     """Refuse what cfmaps cannot represent exactly, and structures that would crash or loop."""
-    if t.decision_type.size and np.any(t.decision_type & 1):
-        raise UnsupportedModelError(f"LightGBM categorical splits are not supported ({where})")
+    cat = t.categorical() if t.decision_type.size else np.zeros(0, dtype=bool)
+    if cat.any():
+        b, words = t.cat_boundaries, t.cat_threshold
+        ok = (b.ndim == 1 and b.size >= 2 and b[0] == 0 and b[-1] == words.size
+              and bool(np.all(np.diff(b) >= 0)) and bool(np.all((words >= 0) & (words < 2**32))))
+        k = t.threshold[cat]
+        if not (ok and np.all(k == np.floor(k)) and np.all((k >= 0) & (k < b.size - 1))):
+            raise UnsupportedModelError(
+                f"LightGBM model file: malformed categorical split ({where}): cat_boundaries, "
+                "cat_threshold and the split's index into them disagree")
     if t.decision_type.size and np.any(((t.decision_type >> 2) & 3) == 1):
         raise UnsupportedModelError(
             f"LightGBM zero_as_missing models are not supported ({where}): a 0.0 input would "
@@ -322,6 +385,9 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
     trees = TreeStack()
     for i, t in enumerate(model.trees):
         n_int, n_leaves = t.split_feature.size, t.leaf_value.size
+        if n_int and t.categorical().any():
+            trees.add(*_unfolded(t, n_classes, 1 if binary else i % k, scale, f"tree {i}"))
+            continue
         n = n_int + n_leaves
         # internal nodes first (LightGBM's order, root 0), then leaf j as node n_int + j:
         # children follow their parent, as TreeStack needs
@@ -336,6 +402,8 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
         right[:n_int] = np.where(t.right >= 0, t.right, n_int + ~t.right)
         value[n_int:, 1 if binary else i % k] = t.leaf_value * scale
         trees.add(feature, threshold, left, right, value)
+    # categorical splits unfold into more nodes than the file has
+    check_size("LightGBM model", n_classes=n_classes, n_nodes=trees.n_nodes)
     return trees.ensemble(
         kind=f"LightGBM({model.objective})",
         n_features=model.n_features_in_,
@@ -347,6 +415,30 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
         tie_break="low",
         split_rule=FLOAT64_LE,
     )
+
+
+def _unfolded(t: _Tree, n_classes: int, column: int, scale: float,
+              where: str) -> tuple[np.ndarray, ...]:
+    """The node arrays (feature, threshold, left, right, value) of a tree with categorical
+    splits, each unfolded into plain ``x <= t`` splits (see the module docs)."""
+    thresholds = effective_thresholds(t.threshold)
+    cat = t.categorical()
+    cuts, sides = [], []
+    for nd in range(t.split_feature.size):
+        if cat[nd]:
+            c, inside = code_set_cuts(t.codes(nd), -1.0)
+            cuts.append(c)
+            sides.append(~inside)  # in the set: left
+        else:
+            cuts.append(thresholds[nd:nd + 1])
+            sides.append(np.array([False, True]))
+    feature, threshold, left, right, leaf = unfold_tree(
+        t.split_feature, cuts, sides, t.left, t.right, MAX_UNFOLDED_NODES,
+        f"LightGBM model, {where}")
+    value = np.zeros((feature.size, n_classes))
+    at_leaf = leaf >= 0
+    value[at_leaf, column] = t.leaf_value[leaf[at_leaf]] * scale
+    return feature, threshold, left, right, value
 
 
 def from_lightgbm(model: Any) -> LightGBMModel:

@@ -336,9 +336,10 @@ def test_queries_are_served_while_a_build_runs(
 
 
 def test_trusted_pickles_of_lightgbm_and_xgboost_objects(service_factory: Any) -> None:
-    """A pickled LGBMClassifier (labels its own) or xgboost.Booster is read as its model
-    file: answers named by the wrapper's labels, valid by the object's own predict, and
-    the same after a restart; an unfitted wrapper is a 422 that says so."""
+    """A pickled LGBMClassifier (labels its own; one with a categorical feature too) or
+    xgboost.Booster is read as its model file: answers named by the wrapper's labels,
+    valid by the object's own predict, and the same after a restart; an unfitted wrapper
+    is a 422 that says so."""
     lgb = pytest.importorskip("lightgbm")
     xgb = pytest.importorskip("xgboost")
     rng = np.random.default_rng(0)
@@ -346,19 +347,24 @@ def test_trusted_pickles_of_lightgbm_and_xgboost_objects(service_factory: Any) -
     y = (X[:, 0] + X[:, 1] > 0).astype(int)
     clf = lgb.LGBMClassifier(n_estimators=10, num_leaves=4, verbose=-1).fit(X, np.array(["no", "yes"])[y])
     booster = xgb.train({"objective": "binary:logistic", "max_depth": 2}, xgb.DMatrix(X, y), 8)
+    Xc = X.copy()
+    Xc[:, 2] = rng.integers(0, 9, size=len(X))  # codes, split on as categories
+    yc = (X[:, 0] > 0) ^ np.isin(Xc[:, 2], (1, 4, 5))
+    cat = lgb.LGBMClassifier(n_estimators=10, num_leaves=6, verbose=-1, min_data_per_group=5,
+                             cat_smooth=1).fit(Xc, yc.astype(int), categorical_feature=[2])
     data_dir = None
-    for obj, labels in ((clf, ["no", "yes"]), (booster, [0, 1])):
+    for obj, labels, rows in ((clf, ["no", "yes"], X), (booster, [0, 1], X), (cat, [0, 1], Xc)):
         with service_factory(data_dir=data_dir, trust_pickle=True) as svc:
             data_dir = svc.settings.data_dir
             model_id = svc.add(pickle.dumps(obj))
             assert svc.client.get(f"/v1/models/{model_id}").json()["classes"] == labels
         with service_factory(data_dir=data_dir, trust_pickle=True) as svc:  # restarted
             r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
-                                json={"instance": X[0].tolist()})
+                                json={"instance": rows[0].tolist()})
             assert r.status_code == 200, r.text
             body = r.json()
             point = np.array([list(body["counterfactual"].values())])  # in feature order
-            own = (obj.predict(point) if obj is clf
+            own = (obj.predict(point) if hasattr(obj, "classes_")
                    else (booster.predict(xgb.DMatrix(point)) > np.float32(0.5)).astype(int))
             assert own[0] == body["target"] != body["prediction"]
         with service_factory(data_dir=data_dir, trust_pickle=True) as svc:

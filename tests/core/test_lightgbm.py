@@ -109,15 +109,6 @@ def test_refusals_name_the_problem():
     bad = good.replace("left_child=", "left_child=5 ", 1)
     with pytest.raises(UnsupportedModelError, match="left_child"):
         parse_lightgbm(bad)
-    # a categorical split
-    rng = np.random.default_rng(0)
-    Xc = np.column_stack([rng.integers(0, 6, 2000), rng.normal(size=2000)])
-    yc = np.isin(Xc[:, 0], (1, 3, 4)).astype(int)
-    cat = lgb.LGBMClassifier(n_estimators=2, verbose=-1, min_data_per_group=5, cat_smooth=1)
-    text = cat.fit(Xc, yc, categorical_feature=[0]).booster_.model_to_string()
-    assert "num_cat=0" not in text.split("Tree=0", 1)[1].split("\n\n", 1)[0]
-    with pytest.raises(UnsupportedModelError, match="categorical"):
-        parse_lightgbm(text)
 
 
 def test_raw_scores_an_ulp_apart_tie_in_probability():
