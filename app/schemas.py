@@ -92,7 +92,7 @@ class FeatureSpec(_Strict):
     """One feature of an upload spec (see :class:`maps_core.Feature`)."""
 
     name: StrictStr
-    type: Literal["continuous", "integer", "binary", "categorical"] = "continuous"
+    type: Literal["continuous", "integer", "binary", "categorical", "nominal"] = "continuous"
     lower: FiniteFloat | None = None
     upper: FiniteFloat | None = None
     group: StrictStr | None = None

@@ -299,7 +299,7 @@ def _extras(lo, hi, x, w, norm, gcol, coff, clow, cupp, fcut, foff, aoff, bound,
     use = bound < np.inf and (norm == L1 or norm == L2)
     tot = 0.0
     for f in range(m):
-        if gcol[f] < 0:
+        if gcol[f] == -1:  # a plain feature (a nominal one's term is left out too)
             gb = gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
             tot += gb if norm == L1 else gb * gb
     room = bound - tot if use else 0.0
@@ -310,7 +310,7 @@ def _extras(lo, hi, x, w, norm, gcol, coff, clow, cupp, fcut, foff, aoff, bound,
         for u in range(n_cut + 1):  # atom u: cells first..last
             last = fcut[foff[f] + u] if u < n_cut else hi[f]
             e = 0.0
-            if room > 0.0 and gcol[f] < 0:
+            if room > 0.0 and gcol[f] == -1:
                 g = gap_term(x, w, f, first, last, coff, clow, cupp)
                 e = g - gb if norm == L1 else g * g - gb * gb
             ext[aoff[f] + u] = max(e, 0.0)

@@ -45,7 +45,7 @@ from numba import njit
 from ._bounds import label_cell, push_sides
 from ._clock import clock
 from ._norms import L1, L2
-from .distance import NO_NRT, rect_dist
+from .distance import NO_NRT, NOMINAL, rect_dist
 
 # Points tried on the segment from x to an incumbent (:func:`_toward_x`), incumbents
 # polished, and greedy starts (:func:`with_polished`).
@@ -208,11 +208,15 @@ def _line_scores(cell, f, j0, j1, nf, ncut, nl, nr, nv, roots, leaf, fmask, tot,
 
 
 @njit(**NO_NRT)
-def _term(x, w, coff, clow, cupp, f, j):
-    """Weighted gap from ``x[f]`` to cell ``j`` of feature ``f`` (integrality ignored: a
-    ranking, the cell found is measured exactly by :func:`_target_at`)."""
+def _term(x, w, gcol, coff, clow, cupp, f, j):
+    """Weighted gap from ``x[f]`` to cell ``j`` of feature ``f``, a nominal feature's
+    switching cost outside x's cell (integrality ignored: a ranking, the cell found is
+    measured exactly by :func:`_target_at`)."""
     q = coff[f] + j
-    return w[f] * max(clow[q] - x[f], x[f] - cupp[q], 0.0)
+    gap = max(clow[q] - x[f], x[f] - cupp[q], 0.0)
+    if gcol[f] == NOMINAL:
+        return w[f] if gap > 0.0 else 0.0
+    return w[f] * gap
 
 
 @njit(**NO_NRT)
@@ -265,7 +269,7 @@ def _line_cost(x, w, norm, gcol, coff, clow, cupp, cell, gr):
         if u < m:
             if gcol[u] >= 0:
                 continue
-            tg = _term(x, w, coff, clow, cupp, u, cell[u])
+            tg = _term(x, w, gcol, coff, clow, cupp, u, cell[u])
         else:
             tg = _group_term(u - m, cell, gr)
         if norm == L1:
@@ -368,15 +372,15 @@ def _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv,
         if u < m:
             work[0] += _line_scores(cell, u, klo[u], khi[u], nf, ncut, nl, nr, nv, roots, leaf,
                                     fmask, tot, stack, slo, shi, sc)
-            old = _term(x, w, coff, clow, cupp, u, cell[u])
+            old = _term(x, w, gcol, coff, clow, cupp, u, cell[u])
             here = _target_margin(tmask, sc[cell[u] - klo[u]])
         else:
             old = _group_term(u - m, cell, gr)
             n_opt = gstart[u - m + 1] - gstart[u - m]
         need = tol - here + 1e-9 * (1.0 + abs(here))  # just beyond the tolerance
         if u < m:
-            _axis_move(u, x, w, norm, tmask, coff, clow, cupp, klo, khi, cell, sc, tol, here,
-                       need, total, old, rest, mv_j, mv_rate, mv_win)
+            _axis_move(u, x, w, gcol, norm, tmask, coff, clow, cupp, klo, khi, cell, sc, tol,
+                       here, need, total, old, rest, mv_j, mv_rate, mv_win)
             continue
         n_hit = _group_trees(u - m, gr, fmask, hits)
         for r in range(n_opt):
@@ -400,8 +404,8 @@ def _line_moves(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv,
 
 
 @njit(**NO_NRT)
-def _axis_move(u, x, w, norm, tmask, coff, clow, cupp, klo, khi, cell, sc, tol, here, need,
-               total, old, rest, mv_j, mv_rate, mv_win):
+def _axis_move(u, x, w, gcol, norm, tmask, coff, clow, cupp, klo, khi, cell, sc, tol, here,
+               need, total, old, rest, mv_j, mv_rate, mv_win):
     """:func:`_line_moves`' best cell along feature ``u``'s axis, from its scores ``sc``
     (rows for the cells ``klo[u]..khi[u]``), into ``mv_*[u]``: the cell that raises the
     target's margin ``here`` most per unit of distance added, the first in axis order
@@ -417,17 +421,17 @@ def _axis_move(u, x, w, norm, tmask, coff, clow, cupp, klo, khi, cell, sc, tol, 
     xc = min(max(_cell_of(coff, cupp, u, x[u]), j0), j1)
     lo = xc - 1  # the next cells to the left and to the right, and their terms
     hi = xc
-    t_lo = _term(x, w, coff, clow, cupp, u, lo) if lo >= j0 else np.inf
-    t_hi = _term(x, w, coff, clow, cupp, u, hi)
+    t_lo = _term(x, w, gcol, coff, clow, cupp, u, lo) if lo >= j0 else np.inf
+    t_hi = _term(x, w, gcol, coff, clow, cupp, u, hi)
     while lo >= j0 or hi <= j1:
         if hi > j1 or (lo >= j0 and t_lo <= t_hi):
             j, new = lo, t_lo
             lo -= 1
-            t_lo = _term(x, w, coff, clow, cupp, u, lo) if lo >= j0 else np.inf
+            t_lo = _term(x, w, gcol, coff, clow, cupp, u, lo) if lo >= j0 else np.inf
         else:
             j, new = hi, t_hi
             hi += 1
-            t_hi = _term(x, w, coff, clow, cupp, u, hi) if hi <= j1 else np.inf
+            t_hi = _term(x, w, gcol, coff, clow, cupp, u, hi) if hi <= j1 else np.inf
         d = _swap(norm, total, old, new, rest)
         added = max(d - total, 1e-300)
         if need / added < mv_rate[u]:
@@ -484,7 +488,7 @@ def _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv
         for f in range(m):
             if gcol[f] >= 0 or w[f] <= 0.0 or klo[f] == khi[f]:
                 continue
-            old = _term(x, w, coff, clow, cupp, f, cell[f])
+            old = _term(x, w, gcol, coff, clow, cupp, f, cell[f])
             if old <= 0.0:
                 continue
             if _spent(work, deadline):
@@ -493,7 +497,7 @@ def _line_polish(x, w, norm, tmask, gcol, coff, clow, cupp, nf, ncut, nl, nr, nv
                                     leaf, fmask, tot, stack, slo, shi, sc)
             bj = cell[f]
             for j in range(klo[f], khi[f] + 1):
-                tj = _term(x, w, coff, clow, cupp, f, j)
+                tj = _term(x, w, gcol, coff, clow, cupp, f, j)
                 if tj < old and _target_margin(tmask, sc[j - klo[f]]) > tol:
                     old = tj
                     bj = j

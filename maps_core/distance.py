@@ -23,6 +23,11 @@ from ._norms import acc, key
 # mixed-region search (perf).
 NO_NRT: dict[str, Any] = {"cache": True, "nogil": True, "_nrt": False}
 
+#: ``gcol[f]`` of a nominal feature (:class:`maps_core.schema.Feature` ``type="nominal"``):
+#: its values are category codes, and moving to another code costs its weight, once,
+#: whatever the codes (a group column has its group's index, a plain feature -1).
+NOMINAL = -2
+
 
 @njit(**NO_NRT)
 def gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
@@ -36,6 +41,15 @@ def gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp):
     if x[f] > b:
         return w[f] * (x[f] - b)
     return 0.0
+
+
+@njit(**NO_NRT)
+def nominal_gap(x, w, f, lo_f, hi_f, coff, clow, cupp):
+    """:func:`gap_term` of a nominal feature: 0 when ``x[f]`` lies in the cells
+    ``lo_f..hi_f``, else its switching cost ``w[f]`` (a lower bound, as there)."""
+    if clow[coff[f] + lo_f] <= x[f] <= cupp[coff[f] + hi_f]:
+        return 0.0
+    return w[f]
 
 
 @njit(**NO_NRT)
@@ -89,11 +103,10 @@ def box_dist(x, w, norm, cmin, cmax, integral, lo, hi, i, gcol, gstart, gcols, g
             a1[f] = b >= 1.0
             continue
         v = x[f]
-        if v < a:
-            total = acc(norm, total, w[f] * (a - v))
-            changes += 1
-        elif v > b:
-            total = acc(norm, total, w[f] * (v - b))
+        if v < a or v > b:
+            # a nominal feature switches code at its weight, however far the codes
+            total = acc(norm, total, w[f] if gcol[f] == NOMINAL else
+                        w[f] * (a - v if v < a else v - b))
             changes += 1
     if gcost.shape[0]:
         total, changes, ok = groups_cost(norm, total, changes, a0, a1, gstart, gcols, gcost, xcat)
@@ -140,7 +153,11 @@ def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, c
             a1[f] = b >= 1.0
             continue
         v = x[f]
-        if v < a or (a_open and v == a):  # x at an open end must move (by an ulp)
+        if gcol[f] == NOMINAL:  # integral: no open end left; another code costs its weight
+            if v < a or v > b:
+                total = acc(norm, total, w[f])
+                changes += 1
+        elif v < a or (a_open and v == a):  # x at an open end must move (by an ulp)
             total = acc(norm, total, w[f] * (a - v))
             changes += 1
         elif v > b or (b_open and v == b):
@@ -156,4 +173,4 @@ def rect_dist(r, x, w, norm, cmin, cmax, integral, rlo, rhi, coff, clow, cupp, c
     return np.inf if d >= bound else d
 
 
-__all__ = ["NO_NRT", "box_dist", "gap_term", "groups_cost", "rect_dist"]
+__all__ = ["NOMINAL", "NO_NRT", "box_dist", "gap_term", "groups_cost", "nominal_gap", "rect_dist"]

@@ -122,7 +122,7 @@ class SearchEngine:
         return cls(
             ensemble=ensemble, schema=schema, grid=grid, partition=partition, index=index,
             kernel=Kernel.make(ensemble, grid), forest=forest, cells=cells,
-            widths=_widths(grid), has_mixed=bool(partition.n_mixed), labeler=labeler,
+            widths=_widths(grid, schema), has_mixed=bool(partition.n_mixed), labeler=labeler,
         )
 
     def classify(self, A: np.ndarray) -> np.ndarray:
@@ -150,10 +150,14 @@ class SearchEngine:
         return self.ensemble.n_features
 
 
-def _widths(g: Grid) -> np.ndarray:
-    """Finite extent of every feature (domain bounds and thresholds), shape (m,)."""
+def _widths(g: Grid, schema: FeatureSchema) -> np.ndarray:
+    """Finite extent of every feature (domain bounds and thresholds), shape (m,); 1 for a
+    nominal feature, whose every switch costs one weight."""
     width = np.zeros(g.n_features)
     for f in range(g.n_features):
+        if schema[f].type == "nominal":
+            width[f] = 1.0
+            continue
         v = np.concatenate([g.thresholds(f), [g.dom_lower[f], g.dom_upper[f]]])
         v = v[np.isfinite(v)]
         if v.size:

@@ -87,7 +87,7 @@ from ._heap import (
 )
 from ._incumbent import first_guess, polish_cell, with_polished
 from ._norms import L0, L1, L2, LINF, accumulate_radius, fold
-from .distance import NO_NRT, box_dist, gap_term, rect_dist
+from .distance import NO_NRT, NOMINAL, box_dist, gap_term, nominal_gap, rect_dist
 
 #: One query: the point ``x`` (shape (m,)), weights, norm code, constraint box
 #: ``cmin..cmax``, integral mask, target classes ``tmask`` (shape (n_classes,)), ``k``, and
@@ -140,7 +140,7 @@ def clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
     for f in range(m if norm != LINF else 0):
         if gcol[f] >= 0:
             continue  # a group's cost is not a per-column gap; 0 is a lower bound
-        tf = gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
+        tf = _own_gap(x, w, gcol, f, lo[f], hi[f], coff, clow, cupp)
         tot += tf if norm == L1 else tf * tf
     # A feature's own term never changes when the cells beyond the bound go (its nearest
     # cell stays), so recomputing it below matches the sum above.
@@ -150,17 +150,36 @@ def clip_to_ball(x, w, norm, gcol, lo, hi, coff, clow, cupp, bound):
         if norm == LINF:
             room = bound
         else:
-            tf = gap_term(x, w, f, lo[f], hi[f], coff, clow, cupp)
+            tf = _own_gap(x, w, gcol, f, lo[f], hi[f], coff, clow, cupp)
             room = bound - (tot - (tf if norm == L1 else tf * tf))
             if room <= 0.0:
                 continue
             if norm == L2:
                 room = np.sqrt(room)
+        if gcol[f] == NOMINAL:
+            # every other code costs the weight: past the room, only x's own cell stays
+            if w[f] >= room:
+                c = lo[f]
+                while c < hi[f] and cupp[coff[f] + c] < x[f]:
+                    c += 1
+                if clow[coff[f] + c] <= x[f] <= cupp[coff[f] + c]:
+                    lo[f] = c
+                    hi[f] = c
+            continue
         # cells whose gap alone uses up the room hold no point nearer than bound
         while hi[f] > lo[f] and w[f] * (clow[coff[f] + hi[f]] - x[f]) >= room:
             hi[f] -= 1
         while lo[f] < hi[f] and w[f] * (x[f] - cupp[coff[f] + lo[f]]) >= room:
             lo[f] += 1
+
+
+@njit(**NO_NRT)
+def _own_gap(x, w, gcol, f, lo_f, hi_f, coff, clow, cupp):
+    """Feature ``f``'s term of the box (:func:`~maps_core.distance.gap_term`, or
+    :func:`~maps_core.distance.nominal_gap` for a nominal feature)."""
+    if gcol[f] == NOMINAL:
+        return nominal_gap(x, w, f, lo_f, hi_f, coff, clow, cupp)
+    return gap_term(x, w, f, lo_f, hi_f, coff, clow, cupp)
 
 
 @njit(cache=True, nogil=True)
@@ -446,6 +465,9 @@ def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
             continue
         a = max(cmin[f], clow[coff[f]])
         b = min(cmax[f], cupp[coff[f + 1] - 1])
+        if gcol[f] == NOMINAL:  # another code, at most its weight
+            total = fold(norm, total, w[f])
+            continue
         total = fold(norm, total, w[f] * max(x[f] - a, b - x[f], 0.0))
     for g in range(gcost.shape[0]):
         total = fold(norm, total, gcost[g])

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._norms import NORM_NAMES, NORMS
+from .distance import NOMINAL
 from .engine import SearchEngine
 from .exceptions import InvalidQueryError
 
@@ -35,7 +36,8 @@ class QueryOptions:
     upper: np.ndarray
     k: int = 1
     # One-hot groups in CSR form: ``gcols[gstart[g]:gstart[g + 1]]`` are group g's columns,
-    # ``gcol[f]`` is f's group (-1 outside groups), ``gcost[g]`` its switching cost.
+    # ``gcol[f]`` is f's group (-1 outside groups, distance.NOMINAL for a nominal feature),
+    # ``gcost[g]`` its switching cost.
     group_names: tuple[str, ...] = ()
     gcol: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     gstart: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
@@ -174,6 +176,12 @@ def make_options(
                     f"direction of {names[j]!r} must be any, increase or decrease",
                     f"direction.{names[j]}",
                 )
+            if v != "any" and base.gcol[j] == NOMINAL:
+                raise InvalidQueryError(
+                    f"{names[j]!r} is nominal: its codes have no order to increase or "
+                    "decrease in (fix it with immutable, or restrict it with bounds)",
+                    f"direction.{names[j]}",
+                )
             dirs[j] = _DIRECTIONS[v]
         changes["direction"] = dirs
     if bounds is not None:
@@ -262,6 +270,7 @@ def _default_options(engine: SearchEngine, norm: str, k: int) -> QueryOptions:
     gcol = np.full(engine.n_features, -1, dtype=np.int64)
     for g, gname in enumerate(names):
         gcol[groups[gname]] = g
+    gcol[[j for j, f in enumerate(schema) if f.type == "nominal"]] = NOMINAL
     sizes = [len(groups[g]) for g in names]
     return QueryOptions(
         norm=norm, weights=w, k=k,

@@ -41,7 +41,7 @@ from numba import njit
 from ._clock import clock
 from ._memory import boxes_within, default_query_memory, usable_cpus
 from ._norms import L0, L2, LINF, finish
-from .distance import rect_dist
+from .distance import NOMINAL, rect_dist
 from .engine import SearchEngine
 from .exceptions import BudgetExceededError, InvalidQueryError
 from .grid import cells_kernel
@@ -209,7 +209,7 @@ def _point_distance(x, p, w, norm, gcol, gstart, gcols, gcost):
     for f in range(x.shape[0]):
         if gcol[f] >= 0 or p[f] == x[f]:
             continue
-        d = w[f] * abs(p[f] - x[f])
+        d = w[f] if gcol[f] == NOMINAL else w[f] * abs(p[f] - x[f])
         changed += 1
         total += d * d if norm == L2 else d
         top = max(top, d)
@@ -670,15 +670,20 @@ _L2_SPREAD_EXP = 400
 
 
 @njit(cache=True, nogil=True)
-def _cost_range(w, mag, A, immutable, gcost):
+def _cost_range(w, mag, A, immutable, gcost, gcol):
     """Least and largest cost bound ``w_f * 2 max(mag_f, |A_rf|)`` over the mutable
-    features with a positive weight and span, and the positive switching costs ``gcost``
-    (inf when a product overflows, 0 when it underflows); (-1, -1) when there is none.
-    Compiled: with numpy calls the check took about 50 us in a query's path."""
+    features with a positive weight and span (``w_f`` for a nominal one), and the positive
+    switching costs ``gcost`` (inf when a product overflows, 0 when it underflows); (-1, -1)
+    when there is none. Compiled: with numpy calls the check took about 50 us in a
+    query's path."""
     low = np.inf
     top = -1.0
     for f in range(w.shape[0]):
         if immutable[f] or not w[f] > 0:
+            continue
+        if gcol[f] == NOMINAL:
+            low = min(low, w[f])
+            top = max(top, w[f])
             continue
         big = mag[f]
         for r in range(A.shape[0]):
@@ -716,7 +721,7 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
         smaller ones would vanish next to the larger.
     """
     w = opts.weights
-    low, top = _cost_range(w, engine.grid.magnitudes, A, opts.immutable, opts.gcost)
+    low, top = _cost_range(w, engine.grid.magnitudes, A, opts.immutable, opts.gcost, opts.gcol)
     if top == -1.0:
         return opts, 0  # nothing costs anything
     if (2.0 ** -_EXACT_EXP <= low and top <= 2.0 ** _EXACT_EXP

@@ -9,7 +9,8 @@ The schema plays two roles.
   On Breast-Cancer (integer features 1..10) this shrinks the partition several-fold.
 * At query time it supplies defaults: immutable features, one-way changes, and weights.
   The default weight of a feature is its explicit ``weight``; otherwise ``1 / (upper -
-  lower)`` when both bounds are known, so that distances are unit-free; otherwise 1.
+  lower)`` when both bounds are known, so that distances are unit-free; otherwise 1 (and
+  1 for a nominal feature, whose every switch of code costs one weight).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from .exceptions import SchemaError
 
-FEATURE_TYPES = ("continuous", "integer", "binary", "categorical")
+FEATURE_TYPES = ("continuous", "integer", "binary", "categorical", "nominal")
 DIRECTIONS = ("any", "increase", "decrease")
 
 
@@ -35,9 +36,13 @@ class Feature:
     ----------
     name : str
         Column name, unique within the schema.
-    type : {"continuous", "integer", "binary", "categorical"}
+    type : {"continuous", "integer", "binary", "categorical", "nominal"}
         ``categorical`` marks one dummy (0/1) column of a one-hot group named by ``group``.
-        ``binary`` and ``categorical`` columns take values in {0, 1}.
+        ``binary`` and ``categorical`` columns take values in {0, 1}. ``nominal`` marks
+        one column of category codes, the integers ``lower..upper`` (both required), as a
+        model with categorical splits reads them (LightGBM's ``categorical_feature``):
+        moving to another code costs the feature's weight once, whatever the codes, and
+        it has no direction.
     lower, upper : float or None
         Legal range (inclusive). ``None`` means unbounded on that side.
     group : str or None
@@ -47,7 +52,8 @@ class Feature:
     direction : {"any", "increase", "decrease"}
         Allowed direction of change (query-time default).
     weight : float or None
-        Cost per unit of change; ``None`` derives it from the bounds (see module docs).
+        Cost per unit of change (per switch of a ``nominal`` feature); ``None`` derives
+        it from the bounds (see module docs), and is 1 for a ``nominal`` feature.
     """
 
     name: str
@@ -85,6 +91,14 @@ class Feature:
             raise SchemaError(f"feature {self.name!r}: weight must be a finite number >= 0")
         if self.type == "categorical" and not self.group:
             raise SchemaError(f"feature {self.name!r}: categorical features need a group")
+        if self.type == "nominal":
+            if self.lower is None or self.upper is None or not (
+                    math.isfinite(self.lower) and math.isfinite(self.upper)):
+                raise SchemaError(f"feature {self.name!r}: a nominal feature needs finite "
+                                  "lower and upper bounds (its first and last code)")
+            if self.direction != "any":
+                raise SchemaError(f"feature {self.name!r}: a nominal feature's codes have no "
+                                  "order, so its direction must be 'any'")
         if self.type in ("binary", "categorical"):
             lo = 0.0 if self.lower is None else self.lower
             hi = 1.0 if self.upper is None else self.upper
@@ -114,6 +128,8 @@ class Feature:
         """Cost per unit change used when a query gives no weight."""
         if self.weight is not None:
             return float(self.weight)
+        if self.type == "nominal":
+            return 1.0  # a switch, as a one-hot group's default cost
         lo, hi = self.domain()
         if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
             return 1.0 / (hi - lo)

@@ -161,6 +161,8 @@ class BruteForce:
         self.lo, self.hi, self.label = grid.lo, grid.hi, grid.label
         self.lo_open, self.hi_open = grid.lo_open, grid.hi_open
         self.integral = np.array([c.integral for c in cols])
+        # nominal columns: codes, and another code costs the weight once
+        self.nominal = np.array([c.type == "nominal" for c in cols])
         self.dom = np.array([c.domain() for c in cols])
         groups: dict[str, list[int]] = {}
         for j, c in enumerate(cols):
@@ -200,6 +202,7 @@ class BruteForce:
         feasible = ok.all(axis=1)
         changed = (x < a) | (x > b) | (a_open & (x == a)) | (b_open & (x == b))
         delta = np.where(x < a, a - x, np.where(x > b, x - b, 0.0)) * w
+        delta = np.where(self.nominal, np.where(changed, w, 0.0), delta)
         plain = ~self.in_group
         terms = [delta[:, plain]]
         n_changed = changed[:, plain].sum(axis=1)
@@ -240,7 +243,7 @@ def group_terms(bf: BruteForce, x: np.ndarray, p: np.ndarray, w: np.ndarray,
                 group_costs: dict[str, float] | None) -> tuple[np.ndarray, int]:
     """Per-feature/per-group cost terms of moving from ``x`` to ``p``, and the change count."""
     plain = ~bf.in_group
-    terms = list(w[plain] * np.abs(p[plain] - x[plain]))
+    terms = list(np.where(bf.nominal, w * (p != x), w * np.abs(p - x))[plain])
     n = int(np.sum(p[plain] != x[plain]))
     for g, js in bf.groups.items():
         if not np.array_equal(p[js], x[js]):

@@ -135,7 +135,7 @@ def test_codes_declared_integer_land_on_legal_codes(norm):
             cells = bf.solve(x, [target], {}, w, norm)
             res = maps.counterfactual(x, target, norm=norm)
             if cells.dist.size == 0:
-                assert not res.found
+                assert not res.feasible
                 continue
             assert res.best.distance == pytest.approx(cells.dist.min(), rel=1e-9, abs=1e-12)
             cf = res.best.x
