@@ -150,6 +150,11 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
             '{"name": "b"}, {"name": "c"}, {"name": "d"}, {"name": "e"}]}',
             "spec.features",
         ),
+        (  # a nominal feature's codes need both ends
+            '{"features": [{"name": "a", "type": "nominal", "lower": 0}, '
+            '{"name": "b"}, {"name": "c"}, {"name": "d"}, {"name": "e"}]}',
+            "spec.features",
+        ),
     ],
 )
 def test_malformed_spec_is_422(service: Service, rf: Fitted, spec: str, field: str) -> None:
@@ -353,10 +358,14 @@ def test_trusted_pickles_of_lightgbm_and_xgboost_objects(service_factory: Any) -
     cat = lgb.LGBMClassifier(n_estimators=10, num_leaves=6, verbose=-1, min_data_per_group=5,
                              cat_smooth=1).fit(Xc, yc.astype(int), categorical_feature=[2])
     data_dir = None
-    for obj, labels, rows in ((clf, ["no", "yes"], X), (booster, [0, 1], X), (cat, [0, 1], Xc)):
+    # the codes' column declared nominal: answers land on codes, a switch costs one weight
+    nominal = {"features": [{"name": "a"}, {"name": "b"},
+                            {"name": "c", "type": "nominal", "lower": 0, "upper": 8}]}
+    for obj, labels, rows, spec in ((clf, ["no", "yes"], X, None), (booster, [0, 1], X, None),
+                                    (cat, [0, 1], Xc, nominal)):
         with service_factory(data_dir=data_dir, trust_pickle=True) as svc:
             data_dir = svc.settings.data_dir
-            model_id = svc.add(pickle.dumps(obj))
+            model_id = svc.add(pickle.dumps(obj), spec)
             assert svc.client.get(f"/v1/models/{model_id}").json()["classes"] == labels
         with service_factory(data_dir=data_dir, trust_pickle=True) as svc:  # restarted
             r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
@@ -367,6 +376,8 @@ def test_trusted_pickles_of_lightgbm_and_xgboost_objects(service_factory: Any) -
             own = (obj.predict(point) if hasattr(obj, "classes_")
                    else (booster.predict(xgb.DMatrix(point)) > np.float32(0.5)).astype(int))
             assert own[0] == body["target"] != body["prediction"]
+            if spec is not None:
+                assert point[0, 2] in range(9)
         with service_factory(data_dir=data_dir, trust_pickle=True) as svc:
             r = upload(svc.client, pickle.dumps(lgb.LGBMClassifier()))
             assert r.status_code == 422 and "not fitted" in r.json()["message"]
