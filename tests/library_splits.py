@@ -57,8 +57,19 @@ def _xgboost_thresholds(model: Any, m: int) -> list[np.ndarray]:
         left = np.asarray(tree["left_children"])
         feat = np.asarray(tree["split_indices"])
         cond = np.asarray(tree["split_conditions"], dtype=np.float64)
-        for f, c in zip(feat[left >= 0], cond[left >= 0], strict=True):
+        kind = np.asarray(tree.get("split_type") or np.zeros(left.size, dtype=int))
+        plain = (left >= 0) & (kind == 0)
+        for f, c in zip(feat[plain], cond[plain], strict=True):
             per[int(f)].append(float(c))
+        # a categorical split: XGBoost reads float32(x) as the code int(float32(x)) and
+        # sends negative values left, so its sides change only at 0 and at each integer up
+        # to one past the largest code it names (every such cut, "float32(x) < c"; the
+        # brute force's cells may be finer than the model's)
+        cats = np.asarray(tree.get("categories", []), dtype=np.int64)
+        for nd, a, k in zip(tree.get("categories_nodes", []), tree.get("categories_segments", []),
+                            tree.get("categories_sizes", []), strict=True):
+            top = int(cats[a:a + k].max()) if k else 0
+            per[int(feat[nd])].extend(np.arange(0.0, top + 2.0).tolist())
     return [np.asarray(v, dtype=np.float64) for v in per]
 
 

@@ -168,39 +168,48 @@ def skip_always_left(left: np.ndarray, right: np.ndarray,
             np.array(new_right, dtype=np.int64))
 
 
-def code_set_cuts(codes: np.ndarray, lowest: float) -> tuple[np.ndarray, np.ndarray]:
-    """A categorical split as cuts on the real line: the input goes one way when its
-    integer code is in ``codes``, the other way otherwise.
+def code_set_cuts(codes: np.ndarray, strict: bool, lowest: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical split as cuts on the line the model compares on: the input goes one
+    way when its integer code is in ``codes``, the other way otherwise.
 
-    The library reads an input ``v`` as the code ``c`` when ``v`` lies in ``(lowest, 1)``
-    for ``c = 0`` and in ``[c, c + 1)`` for ``c >= 1`` (C's truncation toward zero; with
-    ``lowest = -1`` a value in ``(-1, 0)`` is code 0 too, as in LightGBM); every other
-    value (below, beyond the set's codes, NaN) goes the *out* way. Each run of consecutive
-    codes becomes one interval, written in the ``x <= t`` language of the flat ensemble:
-    ``x >= c`` is ``x > nextafter(c, -inf)``.
+    The library reads a value ``v`` as the code ``c = int(v)`` (C's truncation toward
+    zero) where ``v`` lies in ``[c, c + 1)``, for ``c >= 1`` and, for ``c = 0``, above
+    ``lowest``: LightGBM reads ``(-1, 1)`` as code 0 (``lowest = -1``, its ``int(v) < 0``
+    test comes after the conversion), XGBoost ``[0, 1)`` (``v < 0`` is no category). Every
+    other value (below, past the set's codes, NaN) goes the *out* way. Each run of
+    consecutive codes becomes one interval between two cuts, in the comparison of the
+    model's split rule: with ``strict`` (``v < t`` goes left, XGBoost) the intervals are
+    ``[cuts[j - 1], cuts[j])`` and a run ``a..b`` is ``[a, b + 1)``; otherwise (``v <= t``,
+    LightGBM) they are ``(cuts[j - 1], cuts[j]]`` and ``v >= c`` is
+    ``v > nextafter(c, -inf)``.
 
     Parameters
     ----------
     codes : ndarray of int, shape (k,)
         The codes of the set, distinct and non-negative, in any order.
+    strict : bool
+        The split rule's comparison: ``v < t`` (True) or ``v <= t`` (False).
     lowest : float
-        The largest value below code 0's interval (-1.0 for LightGBM).
+        Without ``strict``: the largest value below code 0's interval.
 
     Returns
     -------
     cuts : ndarray of shape (2 r,)
         Increasing cut points for the ``r`` runs.
     inside : ndarray of bool, shape (2 r + 1,)
-        Per interval between the cuts (``(-inf, cuts[0]]``, ``(cuts[0], cuts[1]]``, ...,
-        ``(cuts[-1], inf)``), whether its inputs are in the set.
+        Per interval between the cuts, from the one below ``cuts[0]`` to the one above
+        ``cuts[-1]``, whether its values are in the set.
     """
     c = np.unique(np.asarray(codes, dtype=np.int64))
     if c.size == 0:
         return np.zeros(0), np.zeros(1, dtype=bool)
-    starts = c[np.r_[True, np.diff(c) > 1]]
-    ends = c[np.r_[np.diff(c) > 1, True]]
-    below = np.where(starts == 0, lowest, np.nextafter(starts.astype(np.float64), -np.inf))
-    above = np.nextafter((ends + 1).astype(np.float64), -np.inf)
+    starts = c[np.r_[True, np.diff(c) > 1]].astype(np.float64)
+    ends = (c[np.r_[np.diff(c) > 1, True]] + 1).astype(np.float64)
+    if strict:
+        below, above = starts, ends
+    else:
+        below = np.where(starts == 0, lowest, np.nextafter(starts, -np.inf))
+        above = np.nextafter(ends, -np.inf)
     cuts = np.column_stack([below, above]).ravel()
     inside = np.zeros(cuts.size + 1, dtype=bool)
     inside[1::2] = True
@@ -227,12 +236,15 @@ def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndar
         Split feature of each internal node.
     cuts, sides : lists of n_internal arrays
         Node ``i`` sends an input in the interval ``j`` of its increasing ``cuts[i]`` (shape
-        (k,); intervals ``(-inf, cuts[0]]``, ..., ``(cuts[-1], inf)``) to its left child
-        when ``sides[i][j]`` (shape (k + 1,)) is False, else to its right child. A plain
-        split ``x <= t`` has ``cuts = [t]``, ``sides = [False, True]``.
+        (k,); intervals ``(-inf, cuts[0]]``, ..., ``(cuts[-1], inf)`` for the split rule
+        ``x <= t``, ``(-inf, cuts[0])``, ..., ``[cuts[-1], inf)`` for ``x < t``: the
+        unfolding is the same) to its left child when ``sides[i][j]`` (shape (k + 1,)) is
+        False, else to its right child. A plain split has ``cuts = [t]``, ``sides =
+        [False, True]``.
     left, right : ndarray of int, shape (n_internal,)
-        Children: an internal node ``>= 0``, leaf ``j`` as ``~j`` (LightGBM's convention).
-        The root is internal node 0; children come after their parent.
+        Children: an internal node ``>= 0``, leaf ``j`` as ``~j`` (LightGBM's convention;
+        a library that numbers leaves with its nodes passes ``~node``). The root is
+        internal node 0; children come after their parent.
     max_nodes : int
         Most nodes the result may have.
     where : str
@@ -242,9 +254,9 @@ def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndar
     -------
     feature, threshold, left, right : ndarrays of shape (n,)
         The unfolded tree as :meth:`TreeStack.add` takes it (root 0, children after their
-        parent, -1 at leaves).
+        parent, -1 at leaves), its thresholds compared by the same rule.
     leaf : ndarray of int, shape (n,)
-        Source leaf of each node (-1 at internal nodes).
+        Source leaf ``j`` (of ``~j``) of each node (-1 at internal nodes).
 
     Raises
     ------

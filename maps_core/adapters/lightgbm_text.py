@@ -426,7 +426,7 @@ def _unfolded(t: _Tree, n_classes: int, column: int, scale: float,
     cuts, sides = [], []
     for nd in range(t.split_feature.size):
         if cat[nd]:
-            c, inside = code_set_cuts(t.codes(nd), -1.0)
+            c, inside = code_set_cuts(t.codes(nd), strict=False, lowest=-1.0)
             cuts.append(c)
             sides.append(~inside)  # in the set: left
         else:

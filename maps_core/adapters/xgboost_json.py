@@ -28,8 +28,18 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   enough for float32 rounding and the engine decides the closer cells with
   :meth:`XGBoostModel.predict`, which repeats XGBoost's float32 arithmetic.
 
+Categorical splits (``enable_categorical``; ``split_type`` 1, their codes in
+``categories`` at ``categories_segments``/``categories_sizes`` of the node listed in
+``categories_nodes``) send ``x`` *right* when its code is in the node's set: XGBoost reads
+``float32(x)`` as the code ``int(float32(x))`` and sends a negative value, and a code past
+the set's, left. So code ``c`` is ``float32(x)`` in ``[c, c + 1)``, and each such split
+becomes a balanced chain of ``float32(x) < c`` splits, one interval per run of codes, with
+a copy of the child subtree below each run (as LightGBM's: see
+:func:`~maps_core.adapters._trees.unfold_tree`); codes must lie below ``2**24``, where
+float32 holds every integer.
+
 Refused, naming the reason: ``dart`` and ``gblinear`` boosters, regression, ranking and
-other objectives, categorical splits (``enable_categorical``), multi-target models and
+other objectives, multi-target models and
 multi-output trees (``multi_strategy="multi_output_tree"``, vector leaves), and models beyond
 the size limits of :mod:`maps_core.adapters._trees` (features, classes, nodes times classes),
 which are checked before anything is allocated for them.
@@ -52,9 +62,15 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LT
-from ._trees import TreeStack, check_size, library_of, parse_dump
+from ._trees import TreeStack, check_size, code_set_cuts, library_of, parse_dump, unfold_tree
 
-__all__ = ["XGBOOST", "XGBoostAdapter", "XGBoostModel", "from_xgboost", "is_json", "parse_xgboost"]
+__all__ = ["MAX_UNFOLDED_NODES", "XGBOOST", "XGBoostAdapter", "XGBoostModel", "from_xgboost",
+           "is_json", "parse_xgboost"]
+
+#: Most nodes one tree may have once its categorical splits are unfolded into plain ones.
+MAX_UNFOLDED_NODES = 1 << 20
+#: Categories are integers below this (float32 holds every integer up to it).
+_MAX_CODE = 1 << 24
 
 _OBJECTIVES = ("binary:logistic", "multi:softprob", "multi:softmax")
 
@@ -66,6 +82,8 @@ class _Tree:
     feature: np.ndarray  # (n,) int
     value: np.ndarray  # (n,) float32: threshold at internal nodes, leaf value at leaves
     group: int  # the class the tree adds to
+    # categorical splits: node -> the codes it sends right, increasing
+    categories: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -150,7 +168,15 @@ def _tree_values(t: _Tree, X32: np.ndarray) -> np.ndarray:
         active, nd = active[inner], nd[inner]
         if not active.size:
             break
-        go_left = X32[active, t.feature[nd]] < t.value[nd]
+        v = X32[active, t.feature[nd]]
+        go_left = v < t.value[nd]
+        for c, codes in t.categories.items():
+            at = nd == c
+            if at.any():
+                u = v[at]
+                ok = (u >= 0) & (u < _MAX_CODE)  # False for NaN: XGBoost's invalid codes
+                code = np.where(ok, u, 0).astype(np.int64)
+                go_left[at] = ~(ok & np.isin(code, codes))
         node[active] = np.where(go_left, t.left[nd], t.right[nd])
     return t.value[node]
 
@@ -419,13 +445,25 @@ def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: in
         feature = np.asarray(doc["split_indices"], dtype=np.int64)
         value = np.asarray(doc["split_conditions"], dtype=np.float64).astype(np.float32)
         split_type = np.asarray(doc.get("split_type", []), dtype=np.int64)
+        cat_nodes = np.asarray(doc.get("categories_nodes", []), dtype=np.int64)
+        segments = np.asarray(doc.get("categories_segments", []), dtype=np.int64)
+        sizes = np.asarray(doc.get("categories_sizes", []), dtype=np.int64)
+        codes = np.asarray(doc.get("categories", []), dtype=np.int64)
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         raise UnsupportedModelError(f"XGBoost model file: malformed {where}") from None
-    if np.any(split_type != 0) or doc.get("categories_nodes"):
+    categorical = np.flatnonzero(split_type != 0)
+    ok = (split_type.size in (0, left.size) and bool(np.all((split_type == 0) | (split_type == 1)))
+          and np.array_equal(np.sort(cat_nodes), categorical)
+          and segments.shape == sizes.shape == cat_nodes.shape
+          and bool(np.all((segments >= 0) & (sizes >= 0) & (segments + sizes <= codes.size)))
+          and bool(np.all((codes >= 0) & (codes < _MAX_CODE))))
+    if not ok:
         raise UnsupportedModelError(
-            f"XGBoost categorical splits are not supported ({where}); one-hot encode the "
-            "categories and declare them as a group in the spec")
-    t = _Tree(left=left, right=right, feature=feature, value=value, group=group)
+            f"XGBoost model file: malformed categorical split ({where}): split_type, "
+            "categories_nodes, _segments, _sizes and categories disagree, or a category is "
+            f"not an integer in [0, 2**24)")
+    cats = {int(nd): np.unique(codes[a:a + k]) for nd, a, k in zip(cat_nodes, segments, sizes, strict=True)}
+    t = _Tree(left=left, right=right, feature=feature, value=value, group=group, categories=cats)
     _check_tree(t, n_features, n_groups, where)
     return t
 
@@ -445,6 +483,7 @@ def _check_tree(t: _Tree, n_features: int, n_groups: int, where: str) -> None:
               and bool(np.all(t.left[inner] > idx[inner]))
               and bool(np.all(t.right[inner] > idx[inner]))
               and bool(np.all((t.feature[inner] >= 0) & (t.feature[inner] < n_features))))
+    ok = ok and all(0 <= nd < n and t.left[nd] >= 0 for nd in t.categories)
     if not ok:
         raise UnsupportedModelError(f"XGBoost model file: malformed tree structure ({where})")
 
@@ -456,11 +495,17 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
     check_size("XGBoost model", n_features=model.n_features_in_, n_classes=k,
                n_nodes=sum(t.left.size for t in model.trees))
     trees = TreeStack()
-    for t in model.trees:
+    for i, t in enumerate(model.trees):
+        column = 1 if binary else t.group
+        if t.categories:
+            trees.add(*_unfolded(t, k, column, f"tree {i}"))
+            continue
         inner = t.left >= 0
         value = np.zeros((t.left.size, k))
-        value[~inner, 1 if binary else t.group] = t.value[~inner].astype(np.float64)
+        value[~inner, column] = t.value[~inner].astype(np.float64)
         trees.add(t.feature, t.value.astype(np.float64), t.left, t.right, value)
+    # categorical splits unfold into more nodes than the file has
+    check_size("XGBoost model", n_classes=k, n_nodes=trees.n_nodes)
     base = np.zeros(k)
     if binary:
         base[1] = float(model.base_margin[0])
@@ -476,6 +521,32 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
         split_rule=FLOAT32_LT,
         score_precision="float32",
     )
+
+
+def _unfolded(t: _Tree, n_classes: int, column: int, where: str) -> tuple[np.ndarray, ...]:
+    """The node arrays (feature, threshold, left, right, value) of a tree with categorical
+    splits, each unfolded into plain ``float32(x) < t`` splits (see the module docs)."""
+    inner = t.left >= 0
+    cuts, sides = [], []
+    for nd in range(t.left.size):
+        if nd in t.categories:
+            c, inside = code_set_cuts(t.categories[nd], strict=True)
+            cuts.append(c)
+            sides.append(inside)  # in the set: right
+        else:
+            cuts.append(t.value[nd:nd + 1].astype(np.float64))
+            sides.append(np.array([False, True]))
+
+    def kid(c: np.ndarray) -> np.ndarray:  # unfold_tree's numbering: a leaf node as ~node
+        return np.where(inner[np.maximum(c, 0)], c, ~c)
+
+    feature, threshold, left, right, leaf = unfold_tree(
+        t.feature, cuts, sides, kid(t.left), kid(t.right), MAX_UNFOLDED_NODES,
+        f"XGBoost model, {where}")
+    value = np.zeros((feature.size, n_classes))
+    at_leaf = leaf >= 0
+    value[at_leaf, column] = t.value[leaf[at_leaf]].astype(np.float64)
+    return feature, threshold, left, right, value
 
 
 def from_xgboost(model: Any) -> XGBoostModel:

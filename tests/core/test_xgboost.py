@@ -183,14 +183,14 @@ def test_refusals_name_the_problem(tmp_path):
     ubj = (tmp_path / "good.ubj").read_bytes()
     with pytest.raises(UnsupportedModelError, match="truncated"):
         parse_xgboost(ubj[: len(ubj) // 2])
-    # a categorical split, as enable_categorical writes it
+    # a categorical split without its codes (test_categorical_splits: the real ones)
     import json
 
     doc = json.loads(data)
     tree = doc["learner"]["gradient_booster"]["model"]["trees"][0]
     tree["split_type"][0] = 1
     tree["categories_nodes"] = [0]
-    with pytest.raises(UnsupportedModelError, match="categorical"):
+    with pytest.raises(UnsupportedModelError, match="malformed categorical split"):
         parse_xgboost(json.dumps(doc).encode())
 
 

@@ -1,12 +1,15 @@
-"""LightGBM's categorical splits (``categorical_feature``): unfolded into plain splits that
-decide every real input as LightGBM does, and answered exactly.
+"""Categorical splits (LightGBM's ``categorical_feature``, XGBoost's
+``enable_categorical``): unfolded into plain splits that decide every real input as the
+library does, and answered exactly.
 
-LightGBM is the reference throughout: its own ``predict`` on dense grids of real inputs
+The library is the reference throughout: its own ``predict`` on dense grids of real inputs
 around every code, and the brute forces of ``tests.brute_force`` and ``tests.recourse``,
 whose cells it labels.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,14 +17,18 @@ import pytest
 from maps_core import CounterfactualMaps, FeatureSchema, UnsupportedModelError
 from maps_core.adapters import flatten_model
 from maps_core.adapters import lightgbm_text as lt
+from maps_core.adapters import xgboost_json as xj
 from maps_core.adapters._trees import code_set_cuts
 from maps_core.adapters.lightgbm_text import parse_lightgbm
+from maps_core.adapters.xgboost_json import parse_xgboost
 from maps_core.schema import Feature
 from tests.brute_force import brute_force
 from tests.conftest import region_end_points
+from tests.library_splits import engine_model
 from tests.recourse import BruteForce, Col
 
 lgb = pytest.importorskip("lightgbm")
+xgb = pytest.importorskip("xgboost")
 
 #: codes of the two categorical columns (0 and 2); column 1 is continuous
 N_CODES = (12, 30)
@@ -40,31 +47,48 @@ def _data(n_classes: int, seed: int = 0, n: int = 3000):
     return X, y
 
 
+#: name -> (library, classes, estimator arguments)
 KINDS = {
     # many-vs-many sets (codes sorted by gradient statistics, then split)
-    "binary": (2, dict(n_estimators=20, num_leaves=8)),
+    "lgbm-binary": ("lightgbm", 2, dict(n_estimators=20, num_leaves=8)),
     # one-vs-rest splits on the 12-code column, sets on the 30-code one
-    "onehot-binary": (2, dict(n_estimators=10, num_leaves=16, max_cat_to_onehot=16)),
-    "multiclass": (3, dict(n_estimators=8, num_leaves=6)),
-    "rf": (2, dict(boosting_type="rf", n_estimators=10, num_leaves=8, bagging_freq=1,
-                   bagging_fraction=0.7)),
+    "lgbm-onehot": ("lightgbm", 2, dict(n_estimators=10, num_leaves=16, max_cat_to_onehot=16)),
+    "lgbm-multiclass": ("lightgbm", 3, dict(n_estimators=8, num_leaves=6)),
+    "lgbm-rf": ("lightgbm", 2, dict(boosting_type="rf", n_estimators=10, num_leaves=8,
+                                    bagging_freq=1, bagging_fraction=0.7)),
+    "xgb-binary": ("xgboost", 2, dict(n_estimators=15, max_depth=4)),
+    "xgb-onehot": ("xgboost", 2, dict(n_estimators=10, max_depth=4, max_cat_to_onehot=16)),
+    "xgb-multiclass": ("xgboost", 3, dict(n_estimators=6, max_depth=3)),
 }
 
 
-def _fit(n_classes: int, **kw):
+def _fit(library: str, n_classes: int, **kw: Any):
+    """The library's classifier on :func:`_data`, columns 0 and 2 categorical."""
     X, y = _data(n_classes)
-    clf = lgb.LGBMClassifier(verbose=-1, random_state=0, min_child_samples=5,
-                             min_data_per_group=5, cat_smooth=1, **kw)
-    return clf.fit(X, y, categorical_feature=[0, 2]), X
+    if library == "lightgbm":
+        clf = lgb.LGBMClassifier(verbose=-1, random_state=0, min_child_samples=5,
+                                 min_data_per_group=5, cat_smooth=1, **kw)
+        return clf.fit(X, y, categorical_feature=[0, 2]), X
+    clf = xgb.XGBClassifier(enable_categorical=True, feature_types=["c", "q", "c"],
+                            random_state=0, n_jobs=1, **kw)
+    return clf.fit(X, y), X
+
+
+def _raw(clf: Any, P: np.ndarray) -> np.ndarray:
+    """The library's raw scores, shape (n, 1) for two classes, else (n, classes)."""
+    raw = clf.predict(P, raw_score=True) if hasattr(clf, "booster_") else clf.predict(
+        P, output_margin=True)
+    return raw[:, None] if raw.ndim == 1 else raw
 
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def fitted(request):
-    n_classes, kw = KINDS[request.param]
-    clf, X = _fit(n_classes, **kw)
-    text = clf.booster_.model_to_string()
-    assert "num_cat=0" not in text.split("Tree=0", 1)[1].split("\n\n", 1)[0]
-    return clf, parse_lightgbm(text), X
+    library, n_classes, kw = KINDS[request.param]
+    clf, X = _fit(library, n_classes, **kw)
+    model = engine_model(clf)
+    trees = model.trees
+    assert any((t.categorical().any() if library == "lightgbm" else t.categories) for t in trees)
+    return clf, model, X
 
 
 def _real_points(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -78,32 +102,35 @@ def _real_points(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.column_stack([rng.choice(vals, n), rng.normal(size=n), rng.choice(vals, n)])
 
 
-def test_unfolded_trees_decide_every_real_input_as_lightgbm(fitted):
+def test_unfolded_trees_decide_every_real_input_as_the_library(fitted):
     """The flat ensemble, the parsed model's own emulation and the maps built from it
-    predict what LightGBM predicts, on 100k real inputs around the codes and the rows."""
+    predict what the library predicts, on 100k real inputs around the codes and the rows."""
     clf, model, X = fitted
     P = np.vstack([X, _real_points(np.random.default_rng(1), 100_000)])
     want = clf.predict(P)
     assert np.array_equal(model.predict(P), want)
     ens = flatten_model(model)
     assert np.array_equal(ens.predict_index(P), np.searchsorted(clf.classes_, want))
-    raw = clf.predict(P, raw_score=True)
-    raw = raw[:, None] if raw.ndim == 1 else raw
     scores = ens.decision_scores(P)
     mine = scores[:, 1:] if clf.n_classes_ == 2 else scores
-    if model.average_output:  # raw_score is the trees' sum, the decision their mean
+    if getattr(model, "average_output", False):  # raw_score is the trees' sum, the decision their mean
         mine = mine * (len(model.trees) // model.n_tree_per_iteration)
-    assert np.allclose(mine, raw, rtol=0, atol=1e-9)
+    # XGBoost sums in float32, the flat ensemble in float64
+    assert np.allclose(mine, _raw(clf, P), rtol=0, atol=1e-9 if hasattr(clf, "booster_") else 1e-4)
     maps = CounterfactualMaps.build(model, max_rectangles=20_000)
     assert np.array_equal(np.asarray(maps.predict(P[:20_000])), want[:20_000])
 
 
+SMALL = {"lightgbm": dict(n_estimators=4, num_leaves=5), "xgboost": dict(n_estimators=3, max_depth=3)}
+
+
+@pytest.mark.parametrize("library", sorted(SMALL))
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
-def test_distances_equal_the_brute_force_on_the_real_line(norm):
+def test_distances_equal_the_brute_force_on_the_real_line(library, norm):
     """Every feature continuous (the codes' columns too): the optimum over real inputs,
-    the answer valid by LightGBM's predict up to its region's ends."""
-    clf, X = _fit(2, n_estimators=4, num_leaves=5)
-    maps = CounterfactualMaps.build(parse_lightgbm(clf.booster_.model_to_string()))
+    the answer valid by the library's predict up to its region's ends."""
+    clf, X = _fit(library, 2, **SMALL[library])
+    maps = CounterfactualMaps.build(engine_model(clf))
     rng = np.random.default_rng(4)
     for x in X[rng.choice(len(X), 6, replace=False)]:
         w = rng.uniform(0.3, 2.0, size=3)
@@ -116,16 +143,18 @@ def test_distances_equal_the_brute_force_on_the_real_line(norm):
         assert P.size == 0 or np.all(clf.predict(P) == target)
 
 
+@pytest.mark.parametrize("library", sorted(SMALL))
+@pytest.mark.parametrize("kind", ["integer", "nominal"])
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf", "l0"])
-def test_codes_declared_integer_land_on_legal_codes(norm):
-    """The codes' columns declared integer in their range: the optimum over legal inputs
-    (``tests.recourse.BruteForce``), and every answer a legal code LightGBM predicts as
-    the target."""
-    clf, X = _fit(3, n_estimators=4, num_leaves=5)
-    cols = [Col("a", "integer", 0, N_CODES[0] - 1), Col("x", "continuous"),
-            Col("b", "integer", 0, N_CODES[1] - 1)]
+def test_codes_land_on_legal_codes(library, kind, norm):
+    """The codes' columns declared integer or nominal over their codes: the optimum over
+    legal inputs (``tests.recourse.BruteForce``), and every answer a legal code the library
+    predicts as the target."""
+    clf, X = _fit(library, 3, **SMALL[library])
+    cols = [Col("a", kind, 0, N_CODES[0] - 1), Col("x", "continuous"),
+            Col("b", kind, 0, N_CODES[1] - 1)]
     schema = FeatureSchema(tuple(Feature(c.name, c.type, c.lower, c.upper) for c in cols))
-    maps = CounterfactualMaps.build(parse_lightgbm(clf.booster_.model_to_string()), schema)
+    maps = CounterfactualMaps.build(engine_model(clf), schema)
     bf = BruteForce(clf, cols)
     rng = np.random.default_rng(5)
     w = schema.default_weights()
@@ -146,17 +175,36 @@ def test_codes_declared_integer_land_on_legal_codes(norm):
 
 def test_a_set_of_codes_becomes_one_interval_per_run():
     """Code 0 starts just above ``lowest``, code c >= 1 at c itself (``x > prev(c)``)."""
-    cuts, inside = code_set_cuts(np.array([8, 0, 1, 5, 7]), -1.0)
+    cuts, inside = code_set_cuts(np.array([8, 0, 1, 5, 7]), strict=False, lowest=-1.0)
     below = np.nextafter
     assert cuts.tolist() == [-1.0, below(2.0, 0), below(5.0, 0), below(6.0, 0),
                              below(7.0, 0), below(9.0, 0)]
     assert inside.tolist() == [False, True, False, True, False, True, False]
-    empty_cuts, empty_inside = code_set_cuts(np.zeros(0, dtype=np.int64), -1.0)
+    empty_cuts, empty_inside = code_set_cuts(np.zeros(0, dtype=np.int64), strict=False)
     assert empty_cuts.size == 0 and empty_inside.tolist() == [False]
 
 
-def test_refusals_name_the_problem(monkeypatch):
-    clf, _ = _fit(2, n_estimators=2, num_leaves=8)
+def test_xgboost_refusals_name_the_problem(monkeypatch):
+    import json
+
+    clf, _ = _fit("xgboost", 2, n_estimators=2, max_depth=4)
+    doc = json.loads(bytes(clf.get_booster().save_raw("json")))
+    tree = doc["learner"]["gradient_booster"]["model"]["trees"][0]
+    assert tree["categories_nodes"]
+    good = json.dumps(doc).encode()
+    tree["categories"] = [-1] + tree["categories"][1:]  # a negative code
+    with pytest.raises(UnsupportedModelError, match="malformed categorical split"):
+        parse_xgboost(json.dumps(doc).encode())
+    tree["categories_nodes"] = tree["categories_nodes"][1:]  # a split without its codes
+    with pytest.raises(UnsupportedModelError, match="malformed categorical split"):
+        parse_xgboost(json.dumps(doc).encode())
+    monkeypatch.setattr(xj, "MAX_UNFOLDED_NODES", 8)
+    with pytest.raises(UnsupportedModelError, match="unfold to more than 8 nodes"):
+        flatten_model(parse_xgboost(good))
+
+
+def test_lightgbm_refusals_name_the_problem(monkeypatch):
+    clf, _ = _fit("lightgbm", 2, n_estimators=2, num_leaves=8)
     text = clf.booster_.model_to_string()
     # the split's index into cat_boundaries out of range
     head, tail = text.split("Tree=0", 1)
