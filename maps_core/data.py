@@ -174,6 +174,30 @@ def _one_hot(raw: list[str], name: str) -> tuple[list[np.ndarray], list[Feature]
     return cols, feats
 
 
+def _codes(raw: list[str]) -> np.ndarray:
+    """An ``E`` column as codes: its values when every one is a non-negative integer,
+    else each category's position among the sorted distinct values (as pandas' category
+    dtype numbers a column of strings); NaN where missing."""
+    values = [None if _is_missing(v) else v.strip() for v in raw]
+    present = sorted({v for v in values if v is not None})
+    try:
+        nums = {v: float(v) for v in present}
+        if all(n >= 0 and n == math.floor(n) and math.isfinite(n) for n in nums.values()):
+            return np.array([math.nan if v is None else nums[v] for v in values])
+    except ValueError:
+        pass
+    pos = {v: float(i) for i, v in enumerate(present)}
+    return np.array([math.nan if v is None else pos[v] for v in values])
+
+
+def _nominal_feature(col: np.ndarray, name: str, path: object) -> Feature:
+    """The ``nominal`` feature of an ``E`` column kept as codes."""
+    present = col[np.isfinite(col)]
+    if not present.size:
+        raise SchemaError(f"{path}: column {name!r} (E) has no value to take its codes from")
+    return Feature(name=name, type="nominal", lower=float(present.min()), upper=float(present.max()))
+
+
 def _numeric_feature(col: np.ndarray, name: str, code: str, whole_floats_as_integers: bool,
                      path: object) -> Feature:
     """The feature of a numeric column under its type code ('' when the file has none)."""
@@ -212,6 +236,7 @@ def load_csv(
     *,
     require_target: bool = True,
     whole_floats_as_integers: bool = False,
+    categories: str = "one-hot",
 ) -> Dataset:
     """Load a CSV (two-row header with type codes, or a plain header) with its schema.
 
@@ -226,11 +251,19 @@ def load_csv(
     whole_floats_as_integers : bool
         Declare ``F`` columns whose values are all whole numbers ``integer`` (Pima's
         counts, glucose and age are coded F): the schema the benchmarks use.
+    categories : {"one-hot", "codes"}
+        How ``E`` columns enter ``X``: one-hot encoded (a group of ``categorical``
+        dummies), or one ``nominal`` column of codes ``min..max`` (for a model with
+        categorical splits: LightGBM's ``categorical_feature``, XGBoost's
+        ``enable_categorical``): the values themselves when all are non-negative integers,
+        else each category's position among the sorted distinct values, as pandas'
+        ``category`` dtype numbers a column of strings.
 
     Returns
     -------
     Dataset
-        ``X`` of shape (n_samples, n_features), with ``E`` columns one-hot encoded.
+        ``X`` of shape (n_samples, n_features), with ``E`` columns one-hot encoded or
+        kept as codes.
 
     Raises
     ------
@@ -239,6 +272,8 @@ def load_csv(
         label, a non-numeric or infinite value in a numeric column, or a value its type code
         forbids (a 2 in a ``B`` column, 1.5 in a ``D`` column).
     """
+    if categories not in ("one-hot", "codes"):
+        raise ValueError(f"categories must be 'one-hot' or 'codes', got {categories!r}")
     names, coded, body = read_table(path)
     codes = coded or [""] * len(names)
     first_line = 3 if coded else 2
@@ -258,10 +293,15 @@ def load_csv(
         if j == ti:
             continue
         raw = [r[j] for r in body]
-        if codes[j] == "E":
+        if codes[j] == "E" and categories == "one-hot":
             ecols, efeats = _one_hot(raw, name)
             cols += ecols
             feats += efeats
+            continue
+        if codes[j] == "E":
+            col = _codes(raw)
+            cols.append(col)
+            feats.append(_nominal_feature(col, name, path))
             continue
         col = _numbers(raw, name, first_line, path)
         cols.append(col)

@@ -217,3 +217,16 @@ def test_lightgbm_refusals_name_the_problem(monkeypatch):
     monkeypatch.setattr(lt, "MAX_UNFOLDED_NODES", 8)
     with pytest.raises(UnsupportedModelError, match="unfold to more than 8 nodes"):
         flatten_model(parse_lightgbm(text))
+
+
+@pytest.mark.parametrize("library", sorted(SMALL))
+def test_the_libraries_objects_build_the_same_maps(library):
+    """``CounterfactualMaps.build`` takes the fitted object itself (read through its own
+    dump): the same flat trees as its parsed file, and the same answers."""
+    clf, X = _fit(library, 2, **SMALL[library])
+    direct = CounterfactualMaps.build(clf)
+    parsed = CounterfactualMaps.build(engine_model(clf))
+    assert direct.ensemble.fingerprint() == parsed.ensemble.fingerprint()
+    res = direct.counterfactual(X[0])
+    assert res.best.distance == parsed.counterfactual(X[0]).best.distance
+    assert clf.predict(res.best.x[None])[0] == res.target

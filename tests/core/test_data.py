@@ -78,6 +78,26 @@ def test_each_type_code_has_one_meaning(tmp_path: Path) -> None:
     assert np.array_equal(ds.X[:2, 3:], [[1, 0, 1], [0, 1, 1]])
     whole = load_csv(p, whole_floats_as_integers=True)
     assert whole.schema.features[0].type == "integer"
+    # E columns kept as codes: strings by their sorted position, as pandas numbers them
+    coded = load_csv(p, categories="codes")
+    assert coded.schema.names == ["f", "d", "b", "e", "g"]
+    e, g = coded.schema.features[3:]
+    assert (e.type, e.lower, e.upper) == ("nominal", 0.0, 1.0)
+    assert (g.type, g.lower, g.upper) == ("nominal", 0.0, 0.0)
+    assert np.array_equal(coded.X[:2, 3:], [[0, 0], [1, 0]]) and np.isnan(coded.X[2, 3])
+    with pytest.raises(ValueError, match="categories"):
+        load_csv(p, categories="ordinal")
+
+
+def test_integer_categories_are_their_own_codes(tmp_path: Path) -> None:
+    """Codes written as numbers stay themselves (not their positions), 10 above 9."""
+    p = write(tmp_path, "c,Class\nE,T\n10,0\n9,1\n3,0\n")
+    ds = load_csv(p, categories="codes")
+    assert ds.X[:, 0].tolist() == [10.0, 9.0, 3.0]
+    assert ds.schema.features[0].domain() == (3.0, 10.0)
+    # a negative or fractional one is not a code: positions instead
+    ds = load_csv(write(tmp_path, "c,Class\nE,T\n-1,0\n2.5,1\n"), categories="codes")
+    assert ds.X[:, 0].tolist() == [0.0, 1.0]
 
 
 @pytest.mark.parametrize(
