@@ -112,11 +112,13 @@ def schema_from_data(
     path: str | os.PathLike[str],
     target_column: str | None,
     model: Any,
+    categories: str = "one-hot",
 ) -> tuple[FeatureSchema, np.ndarray]:
     """Infer the feature schema of ``model`` from its training data in a CSV file.
 
     The file is read by :func:`maps_core.load_csv`, the one CSV-to-schema path (type codes,
-    ``E`` columns one-hot encoded as ``column=value``, missing values, bounds). The feature
+    ``E`` columns one-hot encoded as ``column=value``, or with ``categories="codes"`` one
+    nominal column of codes, missing values, bounds). The feature
     columns are then the model's ``feature_names_in_`` when it has them (extra columns are
     ignored), otherwise every column except the target, in file order.
 
@@ -129,7 +131,8 @@ def schema_from_data(
     where = str(path)
     model_names = getattr(model, "feature_names_in_", None)
     try:
-        data = load_csv(path, target_column, require_target=model_names is None)
+        data = load_csv(path, target_column, require_target=model_names is None,
+                        categories=categories)
     except MapsError as exc:
         if target_column is None and "no label column" in str(exc):
             raise CLIError(
@@ -203,7 +206,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.spec is not None:
         schema: FeatureSchema | None = load_spec(args.spec)
     elif args.data is not None:
-        schema, _ = schema_from_data(args.data, args.target_column, model)
+        schema, _ = schema_from_data(args.data, args.target_column, model, args.categories)
         _print_schema(schema, sys.stderr)
     else:
         schema = None
@@ -400,6 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
         "two-row header (names, then type codes B/D/F/E/T) is understood",
     )
     b.add_argument("--target-column", metavar="COL", help="label column of --data (left out)")
+    b.add_argument(
+        "--categories", choices=("one-hot", "codes"), default="one-hot",
+        help="columns of --data coded E: one-hot encoded as column=value (default), or one "
+        "nominal column of codes, for a model with categorical splits (LightGBM, XGBoost)",
+    )
     b.add_argument("--out", required=True, metavar="DIR", help="directory to write the maps to")
     b.add_argument("--max-seconds", type=_positive_float, metavar="S", help="time budget")
     b.add_argument(

@@ -178,6 +178,11 @@ def test_schema_from_data_type_codes(tmp_path: Path, fitted: Any) -> None:
     # F wins over the integral values; the T column is the target
     assert [f.type for f in schema] == ["continuous", "integer", "binary", "integer"]
     assert A.shape == X.shape
+    # the last column coded E: kept as one nominal column of codes on request
+    csv.write_text("\n".join([lines[0], "F,D,B,E,T", *lines[2:]]))
+    schema, A = schema_from_data(csv, None, model, "codes")
+    assert [f.type for f in schema] == ["continuous", "integer", "binary", "nominal"]
+    assert np.array_equal(A, X)
 
 
 def test_data_columns_follow_model_feature_names(tmp_path: Path) -> None:
