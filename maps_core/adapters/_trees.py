@@ -287,7 +287,8 @@ def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndar
 
     Box = dict[int, tuple[float, float]]
     # tasks: ("node", child id, box, parent, side) and ("runs", f, runs, box, parent, side),
-    # a run being (lo, hi, child id): the inputs with lo < x <= hi go to that child
+    # a run being (lo, hi, child id): the inputs between lo and hi (the box's intervals, in
+    # the rule's sense) go to that child
     stack: list[tuple[Any, ...]] = [("node", 0, {}, -1, 0)]
     while stack:
         task = stack.pop()
