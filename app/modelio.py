@@ -56,6 +56,11 @@ ALLOWED_UNTRUSTED: frozenset[str] = frozenset({
     "sklearn.tree._tree.Tree",
     # HistGradientBoostingClassifier's trees: node arrays and bitsets, checked by the adapter
     "sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor",
+    # ... and, with categorical_features, its input preprocessor's validation step:
+    # FunctionTransformer(partial(check_array, ...)). skops rebuilds a partial from its
+    # function, itself checked against this list, so only check_array can be wrapped
+    "functools.partial",
+    "sklearn.utils.validation.check_array",
 })
 
 SKOPS_HOWTO = (

@@ -101,12 +101,26 @@ def _lightgbm_thresholds(model: Any, m: int) -> list[np.ndarray]:
 
 def _hist_gb_thresholds(model: Any, m: int) -> list[np.ndarray]:
     per: list[list[np.ndarray]] = [[] for _ in range(m)]
+    is_cat = getattr(model, "is_categorical_", None)
+    if is_cat is None or not np.any(is_cat):
+        column = np.arange(m)
+    else:
+        # categorical features: the trees read the columns reordered (categorical ones
+        # first) and each categorical value as its position among the known categories
+        # (anything else is missing); the sides change just below and at each category
+        is_cat = np.asarray(is_cat, dtype=bool)
+        column = np.concatenate([np.flatnonzero(is_cat), np.flatnonzero(~is_cat)])
+        encoder = model._preprocessor.named_transformers_["encoder"]  # noqa: SLF001
+        for j, cats in zip(np.flatnonzero(is_cat), encoder.categories_, strict=True):
+            k = np.asarray(cats, dtype=np.float64)
+            k = k[~np.isnan(k)]
+            per[j].append(np.concatenate([k, np.nextafter(k, -np.inf)]))
     for stage in model._predictors:  # noqa: SLF001 (the fitted trees; no public accessor)
         for predictor in stage:
             nodes = predictor.nodes
-            split = nodes["is_leaf"] == 0
+            split = (nodes["is_leaf"] == 0) & (nodes["is_categorical"] == 0)
             for f in range(m):
-                per[f].append(nodes["num_threshold"][split & (nodes["feature_idx"] == f)])
+                per[column[f]].append(nodes["num_threshold"][split & (nodes["feature_idx"] == f)])
     return [np.concatenate(v) if v else np.zeros(0) for v in per]
 
 

@@ -7,8 +7,15 @@ and ``HistGradientBoostingClassifier`` (its baseline plus the leaf values, which
 hold the learning rate). The first four compare ``float32(x) <= t``; histogram gradient
 boosting compares the raw float64 input, ``x <= t`` (split rule ``float64<=``), and predicts
 class 1 iff ``expit(raw) > 0.5`` (the argmax of ``[1 - p, p]``: class 0 at a raw score of
-0), or the argmax of the raw scores. Its categorical splits are refused; a NaN input
-would follow each node's ``missing_go_to_left``, but cfmaps refuses NaN in queries.
+0), or the argmax of the raw scores. A NaN input would follow each node's
+``missing_go_to_left``, but cfmaps refuses NaN in queries.
+
+Histogram gradient boosting with categorical features (``categorical_features``) reads
+each categorical value as its position among the categories seen in training (exact
+equality; any other value is missing) after moving those columns first: the adapter maps
+the trees' features back to the input columns and unfolds each categorical split into
+plain ``x <= t`` splits, a known category ``k`` being the point ``(nextafter(k, -inf),
+k]`` (:func:`_hist_unfolded`). Categories that are not numbers are refused.
 
 Models fitted on data with missing values: a split that sends the missing values, and
 only them, right is stored with the threshold +inf (the trees' ``missing_go_to_left`` is
@@ -28,7 +35,10 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LE, FLOAT64_LE
-from ._trees import TreeStack, check_size, library_of, plain, skip_always_left
+from ._trees import TreeStack, check_size, library_of, plain, skip_always_left, unfold_tree
+
+#: Most nodes one tree may have once its categorical splits are unfolded into plain ones.
+MAX_UNFOLDED_NODES = 1 << 20
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
@@ -129,7 +139,7 @@ def _hist_predictors(model: Any) -> list[tuple[int, Any]]:
 def hist_tree_problem(nodes: Any, n_features: Any) -> str | None:
     """What is wrong with a histogram tree's node array (``TreePredictor.nodes``), or None:
     the same promises as :func:`tree_problem` (scikit-learn's compiled predict trusts
-    them), plus no categorical split (not supported)."""
+    them); categorical splits are checked where they are read (:func:`_hist_categories`)."""
     names = getattr(getattr(nodes, "dtype", None), "names", None) or ()
     need = ("value", "feature_idx", "num_threshold", "left", "right", "is_leaf", "is_categorical")
     if not all(n in names for n in need):
@@ -142,9 +152,6 @@ def hist_tree_problem(nodes: Any, n_features: Any) -> str | None:
     idx = np.arange(n)
     left, right = nodes["left"].astype(np.int64), nodes["right"].astype(np.int64)
     kids = np.concatenate([left[inner], right[inner]])
-    if np.any(nodes["is_categorical"][inner]):
-        return ("categorical splits are not supported (one-hot encode the categories and "
-                "declare them as a group)")
     if (kids.size != n - 1 or not np.array_equal(np.sort(kids), np.arange(1, n))
             or np.any(left[inner] <= idx[inner]) or np.any(right[inner] <= idx[inner])):
         return "children out of range, shared, or not after their parent"
@@ -300,10 +307,8 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
     classes = [plain(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
     binary = n_classes == 2
-    if getattr(model, "is_categorical_", None) is not None and np.any(model.is_categorical_):
-        raise UnsupportedModelError(
-            "HistGradientBoostingClassifier with categorical features is not supported; "
-            "one-hot encode the categories and declare them as a group in the spec")
+    categorical = getattr(model, "is_categorical_", None) is not None and np.any(model.is_categorical_)
+    column, known = _hist_categories(model, m) if categorical else (None, {})
     baseline = np.asarray(model._baseline_prediction, dtype=np.float64).ravel()
     check_size("the HistGradientBoostingClassifier", n_classes=n_classes,
                n_nodes=sum(_n_nodes(getattr(p, "nodes", None), "size") for _, p in _hist_predictors(model)))
@@ -318,8 +323,13 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
         value[leaf, 1 if binary else k] = nodes["value"][leaf]
         left = np.where(leaf, -1, nodes["left"].astype(np.int64))  # uint32 in scikit-learn
         right = np.where(leaf, -1, nodes["right"].astype(np.int64))
+        if column is not None:
+            trees.add(*_hist_unfolded(pred, column, known, value))
+            continue
         _add_skipping_inf(trees, np.asarray(nodes["feature_idx"]),
                           np.asarray(nodes["num_threshold"], dtype=np.float64), left, right, value)
+    # categorical splits unfold into more nodes than the model has
+    check_size("the HistGradientBoostingClassifier", n_classes=n_classes, n_nodes=trees.n_nodes)
     base = np.zeros(n_classes)
     if binary:
         base[1] = baseline[0]
@@ -335,6 +345,93 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
         tie_break="low",  # binary: expit(0) = 0.5 is class 0; multiclass: first argmax
         split_rule=FLOAT64_LE,  # x <= t on the raw float64 input
     )
+
+
+def _hist_categories(model: Any, m: int) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """A HistGradientBoostingClassifier with categorical features: the input column of each
+    of its trees' feature indices, shape (m,), and the known categories of each categorical
+    column, increasing (float64).
+
+    Its ``predict`` first passes the input through ``_preprocessor``, a column transformer
+    that puts the categorical columns first, each mapped by an ``OrdinalEncoder`` to the
+    position of its value among the categories seen in training (exact equality), any
+    other value to NaN (missing); the trees read that. Categories that are not numbers
+    (strings) cannot come in a numeric query and are refused.
+    """
+    is_cat = np.asarray(model.is_categorical_, dtype=bool)
+    try:
+        encoder = model._preprocessor.named_transformers_["encoder"]  # noqa: SLF001
+        found = list(encoder.categories_)
+    except Exception:  # a crafted or an unknown layout
+        raise UnsupportedModelError(
+            "the HistGradientBoostingClassifier's categories cannot be read (no fitted "
+            "_preprocessor encoder)") from None
+    cols = np.flatnonzero(is_cat)
+    if is_cat.shape != (m,) or len(found) != cols.size:
+        raise UnsupportedModelError("the HistGradientBoostingClassifier's categories do not "
+                                    "match its categorical features")
+    known: dict[int, np.ndarray] = {}
+    for j, cats in zip(cols, found, strict=True):
+        cats = np.asarray(cats)
+        if cats.dtype.kind not in "iuf":
+            raise UnsupportedModelError(
+                f"the HistGradientBoostingClassifier's categorical feature {int(j)} has "
+                f"categories that are not numbers ({cats[:3].tolist()}...); encode them as "
+                "integer codes before fitting, or one-hot encode them")
+        cats = cats.astype(np.float64)
+        known[int(j)] = cats[~np.isnan(cats)]
+    return np.concatenate([cols, np.flatnonzero(~is_cat)]), known
+
+
+def _hist_unfolded(pred: Any, column: np.ndarray, known: dict[int, np.ndarray],
+                   value: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A histogram tree of a model with categorical features, its feature indices mapped
+    back to the input columns and each categorical split unfolded into plain ``x <= t``
+    splits (:func:`~maps_core.adapters._trees.unfold_tree`): a known category ``k`` is the
+    point ``(nextafter(k, -inf), k]``, sent left when its code is in the split's
+    ``raw_left_cat_bitsets`` row, right otherwise; every other value is missing for the
+    tree and goes its ``missing_go_to_left`` way. Returns (feature, threshold, left,
+    right, value) for :meth:`TreeStack.add`."""
+    nodes = pred.nodes
+    n = nodes.shape[0]
+    leaf = nodes["is_leaf"].astype(bool)
+    if leaf[0]:  # a constant tree
+        return (np.full(1, -1), np.zeros(1), np.full(1, -1), np.full(1, -1), value[:1])
+    feature = column[np.where(leaf, 0, nodes["feature_idx"].astype(np.int64))]
+    bitsets = np.asarray(getattr(pred, "raw_left_cat_bitsets", np.zeros((0, 8))), dtype=np.int64)
+    cuts, sides = [], []
+    for nd in range(n):
+        if leaf[nd] or not nodes["is_categorical"][nd]:
+            cuts.append(np.array([float(nodes["num_threshold"][nd])]))
+            sides.append(np.array([False, True]))
+            continue
+        b = int(nodes["bitset_idx"][nd])
+        cats = known.get(int(feature[nd]))
+        if cats is None or not 0 <= b < bitsets.shape[0]:
+            raise UnsupportedModelError("a categorical split of the HistGradientBoostingClassifier "
+                                        "names no known categories")
+        codes = np.arange(cats.size)
+        go_right = ((bitsets[b, np.minimum(codes // 32, bitsets.shape[1] - 1)] >> (codes % 32)) & 1) == 0
+        go_right &= codes < 32 * bitsets.shape[1]
+        miss = not bool(nodes["missing_go_to_left"][nd])
+        c = np.column_stack([np.nextafter(cats, -np.inf), cats]).ravel()
+        side = np.full(c.size + 1, miss)
+        side[1::2] = go_right
+        cuts.append(c)
+        sides.append(side)
+    inner = ~leaf
+    kids_l = nodes["left"].astype(np.int64)
+    kids_r = nodes["right"].astype(np.int64)
+
+    def kid(c: np.ndarray) -> np.ndarray:  # unfold_tree's numbering: a leaf node as ~node
+        return np.where(inner[np.clip(c, 0, n - 1)], c, ~c)
+
+    f, t, lft, rgt, src = unfold_tree(feature, cuts, sides, kid(kids_l), kid(kids_r),
+                                      MAX_UNFOLDED_NODES, "a HistGradientBoostingClassifier tree")
+    out = np.zeros((f.size, value.shape[1]))
+    at_leaf = src >= 0
+    out[at_leaf] = value[src[at_leaf]]
+    return f, t, lft, rgt, out
 
 
 class SklearnAdapter:

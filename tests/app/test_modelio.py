@@ -89,6 +89,17 @@ def test_skops_with_untrusted_types_is_refused(tmp_path: Path) -> None:
         load_model_file(_write(tmp_path, data), trust_pickle=True)
 
 
+def test_a_partial_of_an_untrusted_function_is_refused(tmp_path: Path) -> None:
+    """functools.partial is allowed for HistGradientBoosting's preprocessor, whose
+    partial wraps check_array: the function a partial wraps is checked like any type."""
+    import functools
+    import os
+
+    data = sio.dumps({"p": functools.partial(os.system, "true")})
+    with pytest.raises(UnsafeModelFileError, match="system"):
+        load_model_file(_write(tmp_path, data), trust_pickle=True)
+
+
 def test_zip_bomb_guard(tmp_path: Path, rf: Fitted) -> None:
     p = _write(tmp_path, rf.skops)
     with pytest.raises(PayloadTooLargeError):

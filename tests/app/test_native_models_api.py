@@ -120,3 +120,28 @@ def test_hist_gradient_boosting_through_skops(service: Service) -> None:
         doc = service.client.post(url, json={"instance": x.tolist(), "norm": "l1"}).json()
         cf = np.array([doc["counterfactual"][f"x{i}"] for i in range(4)])
         assert model.predict(cf[None])[0] == doc["target"] != doc["prediction"]
+
+
+def test_hist_gradient_boosting_with_categorical_features_through_skops(service: Service) -> None:
+    """Its preprocessor (FunctionTransformer(partial(check_array))) passes skops' trust
+    check, a spec declares the codes' column nominal, and every answer is a legal code the
+    model predicts as the target."""
+    import skops.io as sio
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.normal(size=800), rng.integers(0, 9, 800)]).astype(float)
+    y = ((X[:, 0] > 0) ^ np.isin(X[:, 1], (2, 5, 6))).astype(int)
+    model = HistGradientBoostingClassifier(max_iter=20, categorical_features=[1],
+                                           random_state=0).fit(X, y)
+    spec = {"features": [{"name": "a"}, {"name": "c", "type": "nominal", "lower": 0, "upper": 8}]}
+    r = upload(service.client, sio.dumps(model), spec)
+    assert r.status_code == 202, r.text
+    info = wait_built(service.client, r.json()["id"])
+    assert info["status"] == "ready", info
+    url = f"/v1/models/{info['id']}/counterfactuals"
+    for x in X[:10]:
+        doc = service.client.post(url, json={"instance": x.tolist(), "norm": "l1"}).json()
+        cf = np.array([doc["counterfactual"]["a"], doc["counterfactual"]["c"]])
+        assert cf[1] in range(9)
+        assert model.predict(cf[None])[0] == doc["target"] != doc["prediction"]

@@ -1,6 +1,6 @@
 """Categorical splits (LightGBM's ``categorical_feature``, XGBoost's
-``enable_categorical``): unfolded into plain splits that decide every real input as the
-library does, and answered exactly.
+``enable_categorical``, HistGradientBoosting's ``categorical_features``): unfolded into
+plain splits that decide every real input as the library does, and answered exactly.
 
 The library is the reference throughout: its own ``predict`` on dense grids of real inputs
 around every code, and the brute forces of ``tests.brute_force`` and ``tests.recourse``,
@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sklearn.ensemble import HistGradientBoostingClassifier
 
 from maps_core import CounterfactualMaps, FeatureSchema, UnsupportedModelError
 from maps_core.adapters import flatten_model
@@ -59,6 +60,8 @@ KINDS = {
     "xgb-binary": ("xgboost", 2, dict(n_estimators=15, max_depth=4)),
     "xgb-onehot": ("xgboost", 2, dict(n_estimators=10, max_depth=4, max_cat_to_onehot=16)),
     "xgb-multiclass": ("xgboost", 3, dict(n_estimators=6, max_depth=3)),
+    "hgb-binary": ("hist-gb", 2, dict(max_iter=15, max_leaf_nodes=8)),
+    "hgb-multiclass": ("hist-gb", 3, dict(max_iter=6, max_leaf_nodes=6)),
 }
 
 
@@ -69,6 +72,9 @@ def _fit(library: str, n_classes: int, **kw: Any):
         clf = lgb.LGBMClassifier(verbose=-1, random_state=0, min_child_samples=5,
                                  min_data_per_group=5, cat_smooth=1, **kw)
         return clf.fit(X, y, categorical_feature=[0, 2]), X
+    if library == "hist-gb":
+        return HistGradientBoostingClassifier(categorical_features=[0, 2], random_state=0,
+                                              **kw).fit(X, y), X
     clf = xgb.XGBClassifier(enable_categorical=True, feature_types=["c", "q", "c"],
                             random_state=0, n_jobs=1, **kw)
     return clf.fit(X, y), X
@@ -76,8 +82,12 @@ def _fit(library: str, n_classes: int, **kw: Any):
 
 def _raw(clf: Any, P: np.ndarray) -> np.ndarray:
     """The library's raw scores, shape (n, 1) for two classes, else (n, classes)."""
-    raw = clf.predict(P, raw_score=True) if hasattr(clf, "booster_") else clf.predict(
-        P, output_margin=True)
+    if hasattr(clf, "booster_"):
+        raw = clf.predict(P, raw_score=True)
+    elif hasattr(clf, "get_booster"):
+        raw = clf.predict(P, output_margin=True)
+    else:
+        raw = clf.decision_function(P)
     return raw[:, None] if raw.ndim == 1 else raw
 
 
@@ -86,8 +96,11 @@ def fitted(request):
     library, n_classes, kw = KINDS[request.param]
     clf, X = _fit(library, n_classes, **kw)
     model = engine_model(clf)
-    trees = model.trees
-    assert any((t.categorical().any() if library == "lightgbm" else t.categories) for t in trees)
+    if library == "hist-gb":
+        assert any(np.any(p.nodes["is_categorical"]) for s in clf._predictors for p in s)  # noqa: SLF001
+    else:
+        assert any((t.categorical().any() if library == "lightgbm" else t.categories)
+                   for t in model.trees)
     return clf, model, X
 
 
@@ -112,16 +125,17 @@ def test_unfolded_trees_decide_every_real_input_as_the_library(fitted):
     ens = flatten_model(model)
     assert np.array_equal(ens.predict_index(P), np.searchsorted(clf.classes_, want))
     scores = ens.decision_scores(P)
-    mine = scores[:, 1:] if clf.n_classes_ == 2 else scores
+    mine = scores[:, 1:] if len(clf.classes_) == 2 else scores
     if getattr(model, "average_output", False):  # raw_score is the trees' sum, the decision their mean
         mine = mine * (len(model.trees) // model.n_tree_per_iteration)
     # XGBoost sums in float32, the flat ensemble in float64
-    assert np.allclose(mine, _raw(clf, P), rtol=0, atol=1e-9 if hasattr(clf, "booster_") else 1e-4)
+    assert np.allclose(mine, _raw(clf, P), rtol=0, atol=1e-4 if hasattr(clf, "get_booster") else 1e-9)
     maps = CounterfactualMaps.build(model, max_rectangles=20_000)
     assert np.array_equal(np.asarray(maps.predict(P[:20_000])), want[:20_000])
 
 
-SMALL = {"lightgbm": dict(n_estimators=4, num_leaves=5), "xgboost": dict(n_estimators=3, max_depth=3)}
+SMALL = {"lightgbm": dict(n_estimators=4, num_leaves=5), "xgboost": dict(n_estimators=3, max_depth=3),
+         "hist-gb": dict(max_iter=4, max_leaf_nodes=5)}
 
 
 @pytest.mark.parametrize("library", sorted(SMALL))
@@ -219,7 +233,7 @@ def test_lightgbm_refusals_name_the_problem(monkeypatch):
         flatten_model(parse_lightgbm(text))
 
 
-@pytest.mark.parametrize("library", sorted(SMALL))
+@pytest.mark.parametrize("library", ["lightgbm", "xgboost"])
 def test_the_libraries_objects_build_the_same_maps(library):
     """``CounterfactualMaps.build`` takes the fitted object itself (read through its own
     dump): the same flat trees as its parsed file, and the same answers."""
