@@ -326,6 +326,9 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
         if column is not None:
             trees.add(*_hist_unfolded(pred, column, known, value))
             continue
+        if np.any(nodes["is_categorical"][~leaf]):
+            raise UnsupportedModelError("a tree of the model is malformed: a categorical split "
+                                        "in a model without categorical features")
         _add_skipping_inf(trees, np.asarray(nodes["feature_idx"]),
                           np.asarray(nodes["num_threshold"], dtype=np.float64), left, right, value)
     # categorical splits unfold into more nodes than the model has

@@ -100,3 +100,13 @@ def test_minus_inf_or_nan_thresholds_stay_refused():
         nodes["num_threshold"][0] = bad
         with pytest.raises(UnsupportedModelError, match="threshold of -inf or NaN"):
             flatten_model(model)
+
+
+def test_a_categorical_split_without_categorical_features_is_refused():
+    """A crafted node marked categorical in a model without categorical features would be
+    read as a threshold split: refused instead."""
+    X, y = _data(2)
+    model = HistGradientBoostingClassifier(max_iter=2, max_depth=2, random_state=0).fit(X, y)
+    model._predictors[0][0].nodes["is_categorical"][0] = 1  # noqa: SLF001
+    with pytest.raises(UnsupportedModelError, match="categorical split in a model without"):
+        flatten_model(model)
