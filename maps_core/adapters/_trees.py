@@ -24,7 +24,8 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 
-__all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "TreeStack", "check_size",
+__all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "MAX_UNFOLDED_NODES", "TreeStack",
+           "check_size",
            "class_labels", "code_set_cuts", "library_of", "parse_dump", "plain",
            "skip_always_left", "unfold_tree"]
 
@@ -34,6 +35,9 @@ MAX_FEATURES = 100_000
 MAX_CLASSES = 10_000
 #: Most entries (nodes times classes) of the flat ensemble's value matrix.
 MAX_NODE_VALUES = 2**25
+#: Most nodes one tree may have once its categorical splits are unfolded into plain ones
+#: (:func:`unfold_tree`); each adapter passes its own module's name, which tests lower.
+MAX_UNFOLDED_NODES = 1 << 20
 
 
 def library_of(model: Any) -> str:

@@ -58,7 +58,15 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT64_LE
-from ._trees import TreeStack, check_size, code_set_cuts, library_of, parse_dump, unfold_tree
+from ._trees import (
+    MAX_UNFOLDED_NODES,
+    TreeStack,
+    check_size,
+    code_set_cuts,
+    library_of,
+    parse_dump,
+    unfold_tree,
+)
 
 __all__ = ["K_ZERO", "LIGHTGBM", "MAX_UNFOLDED_NODES", "LightGBMAdapter", "LightGBMModel",
            "effective_thresholds", "from_lightgbm", "lightgbm_view", "parse_lightgbm"]
@@ -66,8 +74,6 @@ __all__ = ["K_ZERO", "LIGHTGBM", "MAX_UNFOLDED_NODES", "LightGBMAdapter", "Light
 _OBJECTIVES = ("binary", "multiclass", "multiclassova")
 #: LightGBM's kZeroThreshold (1e-35f): inputs with ``|x| <= K_ZERO`` are read as 0.0.
 K_ZERO = float(np.float32(1e-35))
-#: Most nodes one tree may have once its categorical splits are unfolded into plain ones.
-MAX_UNFOLDED_NODES = 1 << 20
 #: LightGBM reads a categorical input as ``int(x)`` (C's truncation toward zero); beyond
 #: int32 the conversion gives a negative code, which goes right like any code past the
 #: bitset.

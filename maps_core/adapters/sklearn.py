@@ -35,10 +35,15 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LE, FLOAT64_LE
-from ._trees import TreeStack, check_size, library_of, plain, skip_always_left, unfold_tree
-
-#: Most nodes one tree may have once its categorical splits are unfolded into plain ones.
-MAX_UNFOLDED_NODES = 1 << 20
+from ._trees import (
+    MAX_UNFOLDED_NODES,
+    TreeStack,
+    check_size,
+    library_of,
+    plain,
+    skip_always_left,
+    unfold_tree,
+)
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
@@ -139,7 +144,8 @@ def _hist_predictors(model: Any) -> list[tuple[int, Any]]:
 def hist_tree_problem(nodes: Any, n_features: Any) -> str | None:
     """What is wrong with a histogram tree's node array (``TreePredictor.nodes``), or None:
     the same promises as :func:`tree_problem` (scikit-learn's compiled predict trusts
-    them); categorical splits are checked where they are read (:func:`_hist_categories`)."""
+    them); categorical splits are checked where they are read (:func:`_flatten_hist`,
+    :func:`_hist_unfolded`)."""
     names = getattr(getattr(nodes, "dtype", None), "names", None) or ()
     need = ("value", "feature_idx", "num_threshold", "left", "right", "is_leaf", "is_categorical")
     if not all(n in names for n in need):

@@ -62,13 +62,18 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..splits import FLOAT32_LT
-from ._trees import TreeStack, check_size, code_set_cuts, library_of, parse_dump, unfold_tree
+from ._trees import (
+    MAX_UNFOLDED_NODES,
+    TreeStack,
+    check_size,
+    code_set_cuts,
+    library_of,
+    parse_dump,
+    unfold_tree,
+)
 
 __all__ = ["MAX_UNFOLDED_NODES", "XGBOOST", "XGBoostAdapter", "XGBoostModel", "from_xgboost",
            "is_json", "parse_xgboost"]
-
-#: Most nodes one tree may have once its categorical splits are unfolded into plain ones.
-MAX_UNFOLDED_NODES = 1 << 20
 #: Categories are integers below this (float32 holds every integer up to it).
 _MAX_CODE = 1 << 24
 
