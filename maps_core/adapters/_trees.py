@@ -221,8 +221,9 @@ def code_set_cuts(codes: np.ndarray, strict: bool, lowest: float = 0.0) -> tuple
 
 
 def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndarray],
-                left: np.ndarray, right: np.ndarray, max_nodes: int,
-                where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                left: np.ndarray, right: np.ndarray, leaf_values: np.ndarray, max_nodes: int,
+                where: str, is_leaf: np.ndarray | None = None,
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A tree whose splits send an input left or right by *intervals* of one feature (a
     categorical split: several runs of codes each way) as a tree of plain ``x <= t``
     splits, each such split a balanced chain of them with a copy of the child subtree
@@ -246,27 +247,35 @@ def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndar
         False, else to its right child. A plain split has ``cuts = [t]``, ``sides =
         [False, True]``.
     left, right : ndarray of int, shape (n_internal,)
-        Children: an internal node ``>= 0``, leaf ``j`` as ``~j`` (LightGBM's convention;
-        a library that numbers leaves with its nodes passes ``~node``). The root is
-        internal node 0; children come after their parent.
+        Children: an internal node ``>= 0``, leaf ``j`` as ``~j`` (LightGBM's convention),
+        or, with ``is_leaf``, node indices. The root is internal node 0; children come
+        after their parent.
+    leaf_values : ndarray of shape (n_leaves, n_classes)
+        Each leaf's contribution to the class scores, by leaf ``j`` (or by node with
+        ``is_leaf``).
     max_nodes : int
         Most nodes the result may have.
     where : str
         The tree, for error messages.
+    is_leaf : ndarray of bool, shape (n_nodes,), optional
+        For a library that numbers leaves with its nodes (every node's children indexed in
+        the same arrays): which nodes are leaves.
 
     Returns
     -------
-    feature, threshold, left, right : ndarrays of shape (n,)
+    feature, threshold, left, right, value : ndarrays of shape (n,) and (n, n_classes)
         The unfolded tree as :meth:`TreeStack.add` takes it (root 0, children after their
         parent, -1 at leaves), its thresholds compared by the same rule.
-    leaf : ndarray of int, shape (n,)
-        Source leaf ``j`` (of ``~j``) of each node (-1 at internal nodes).
 
     Raises
     ------
     UnsupportedModelError
         When the result would have more than ``max_nodes`` nodes.
     """
+    if is_leaf is not None:  # a leaf node as ~node (a leaf's own children are never read)
+        last = is_leaf.size - 1
+        left = np.where(is_leaf[np.clip(left, 0, last)], ~left, left)
+        right = np.where(is_leaf[np.clip(right, 0, last)], ~right, right)
     out_f: list[int] = []
     out_t: list[float] = []
     out_l: list[int] = []
@@ -330,9 +339,11 @@ def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndar
             link(parent, side, here)
             stack.append(("runs", f, runs[mid:], box, here, 1))
             stack.append(("runs", f, runs[:mid], box, here, 0))
+    leaf = np.array(out_leaf, dtype=np.int64)
+    value = np.zeros((leaf.size, leaf_values.shape[1]))
+    value[leaf >= 0] = leaf_values[leaf[leaf >= 0]]
     return (np.array(out_f, dtype=np.int64), np.array(out_t, dtype=np.float64),
-            np.array(out_l, dtype=np.int64), np.array(out_r, dtype=np.int64),
-            np.array(out_leaf, dtype=np.int64))
+            np.array(out_l, dtype=np.int64), np.array(out_r, dtype=np.int64), value)
 
 
 class TreeStack:

@@ -438,13 +438,10 @@ def _unfolded(t: _Tree, n_classes: int, column: int, scale: float,
         else:
             cuts.append(thresholds[nd:nd + 1])
             sides.append(np.array([False, True]))
-    feature, threshold, left, right, leaf = unfold_tree(
-        t.split_feature, cuts, sides, t.left, t.right, MAX_UNFOLDED_NODES,
-        f"LightGBM model, {where}")
-    value = np.zeros((feature.size, n_classes))
-    at_leaf = leaf >= 0
-    value[at_leaf, column] = t.leaf_value[leaf[at_leaf]] * scale
-    return feature, threshold, left, right, value
+    leaf_values = np.zeros((t.leaf_value.size, n_classes))
+    leaf_values[:, column] = t.leaf_value * scale
+    return unfold_tree(t.split_feature, cuts, sides, t.left, t.right, leaf_values,
+                       MAX_UNFOLDED_NODES, f"LightGBM model, {where}")
 
 
 def from_lightgbm(model: Any) -> LightGBMModel:

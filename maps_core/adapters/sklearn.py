@@ -428,19 +428,9 @@ def _hist_unfolded(pred: Any, column: np.ndarray, known: dict[int, np.ndarray],
         side[1::2] = go_right
         cuts.append(c)
         sides.append(side)
-    inner = ~leaf
-    kids_l = nodes["left"].astype(np.int64)
-    kids_r = nodes["right"].astype(np.int64)
-
-    def kid(c: np.ndarray) -> np.ndarray:  # unfold_tree's numbering: a leaf node as ~node
-        return np.where(inner[np.clip(c, 0, n - 1)], c, ~c)
-
-    f, t, lft, rgt, src = unfold_tree(feature, cuts, sides, kid(kids_l), kid(kids_r),
-                                      MAX_UNFOLDED_NODES, "a HistGradientBoostingClassifier tree")
-    out = np.zeros((f.size, value.shape[1]))
-    at_leaf = src >= 0
-    out[at_leaf] = value[src[at_leaf]]
-    return f, t, lft, rgt, out
+    return unfold_tree(feature, cuts, sides, nodes["left"].astype(np.int64),
+                       nodes["right"].astype(np.int64), value, MAX_UNFOLDED_NODES,
+                       "a HistGradientBoostingClassifier tree", is_leaf=leaf)
 
 
 class SklearnAdapter:

@@ -501,13 +501,12 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
                n_nodes=sum(t.left.size for t in model.trees))
     trees = TreeStack()
     for i, t in enumerate(model.trees):
-        column = 1 if binary else t.group
-        if t.categories:
-            trees.add(*_unfolded(t, k, column, f"tree {i}"))
-            continue
         inner = t.left >= 0
         value = np.zeros((t.left.size, k))
-        value[~inner, column] = t.value[~inner].astype(np.float64)
+        value[~inner, 1 if binary else t.group] = t.value[~inner].astype(np.float64)
+        if t.categories:
+            trees.add(*_unfolded(t, value, f"tree {i}"))
+            continue
         trees.add(t.feature, t.value.astype(np.float64), t.left, t.right, value)
     # categorical splits unfold into more nodes than the file has
     check_size("XGBoost model", n_classes=k, n_nodes=trees.n_nodes)
@@ -528,10 +527,10 @@ def flatten(model: XGBoostModel) -> FlatEnsemble:
     )
 
 
-def _unfolded(t: _Tree, n_classes: int, column: int, where: str) -> tuple[np.ndarray, ...]:
+def _unfolded(t: _Tree, value: np.ndarray, where: str) -> tuple[np.ndarray, ...]:
     """The node arrays (feature, threshold, left, right, value) of a tree with categorical
-    splits, each unfolded into plain ``float32(x) < t`` splits (see the module docs)."""
-    inner = t.left >= 0
+    splits, each unfolded into plain ``float32(x) < t`` splits (see the module docs);
+    ``value`` holds its leaves' rows, shape (n_nodes, n_classes)."""
     cuts, sides = [], []
     for nd in range(t.left.size):
         if nd in t.categories:
@@ -541,17 +540,8 @@ def _unfolded(t: _Tree, n_classes: int, column: int, where: str) -> tuple[np.nda
         else:
             cuts.append(t.value[nd:nd + 1].astype(np.float64))
             sides.append(np.array([False, True]))
-
-    def kid(c: np.ndarray) -> np.ndarray:  # unfold_tree's numbering: a leaf node as ~node
-        return np.where(inner[np.maximum(c, 0)], c, ~c)
-
-    feature, threshold, left, right, leaf = unfold_tree(
-        t.feature, cuts, sides, kid(t.left), kid(t.right), MAX_UNFOLDED_NODES,
-        f"XGBoost model, {where}")
-    value = np.zeros((feature.size, n_classes))
-    at_leaf = leaf >= 0
-    value[at_leaf, column] = t.value[leaf[at_leaf]].astype(np.float64)
-    return feature, threshold, left, right, value
+    return unfold_tree(t.feature, cuts, sides, t.left, t.right, value, MAX_UNFOLDED_NODES,
+                       f"XGBoost model, {where}", is_leaf=t.left < 0)
 
 
 def from_xgboost(model: Any) -> XGBoostModel:
