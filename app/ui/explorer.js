@@ -4,6 +4,8 @@
 
 const $ = (id) => document.getElementById(id);
 const state = { model: null, features: [], groups: {}, lastAnswer: null, mapUrl: null, mapSeq: 0 };
+// A nominal feature with fewer codes than this is chosen from a list; more, typed in.
+const MAX_CODE_OPTIONS = 200;
 
 function headers(json) {
   const h = {};
@@ -104,6 +106,7 @@ function defaultValue(f) {
 
 function weightOf(f) {
   if (f.weight !== null && f.weight !== undefined) return f.weight;
+  if (f.type === "nominal") return 1;  // a switch of code, as the API's default
   if (f.lower !== null && f.upper !== null && f.upper > f.lower) return 1 / (f.upper - f.lower);
   return 1;
 }
@@ -186,6 +189,16 @@ function buildForm() {
         o.textContent = v ? "1 (yes)" : "0 (no)";
         control.appendChild(o);
       }
+    } else if (f.type === "nominal" && f.upper - f.lower < MAX_CODE_OPTIONS) {
+      // category codes have no order: a list of them, not a number to step through
+      control = document.createElement("select");
+      for (let v = f.lower; v <= f.upper; v++) {
+        const o = document.createElement("option");
+        o.value = String(v);
+        o.textContent = String(v);
+        control.appendChild(o);
+      }
+      control.value = String(f.lower);
     } else {
       control = document.createElement("input");
       control.type = "number";
@@ -251,7 +264,7 @@ function buildOptions() {
       b.setAttribute("aria-label", f.name + " " + side + " bound");
       cells.push(b);
     }
-    if (f.group) { dir.disabled = true; }
+    if (f.group || f.type === "nominal") { dir.disabled = true; }  // no order to follow
     for (const c of cells) {
       const td = document.createElement("td");
       td.appendChild(c);
@@ -346,7 +359,9 @@ function changeRows(changes) {
       if (c.to === 1) g.to = cat;
       continue;
     }
-    rows.push([name, c.from, c.to, weightOf(f) * Math.abs(c.to - c.from)]);
+    // another category code costs the weight once, however far the codes lie apart
+    const moved = f.type === "nominal" ? 1 : Math.abs(c.to - c.from);
+    rows.push([name, c.from, c.to, weightOf(f) * moved]);
   }
   for (const [g, c] of Object.entries(groups)) rows.push([g, c.from, c.to, groupCost(g)]);
   rows.sort((p, q) => q[3] - p[3]);

@@ -442,3 +442,62 @@ def test_wrong_token_is_reported(server, browser):
     drv.find_element(By.ID, "reload").click()
     WebDriverWait(drv, 30).until(
         lambda d: "Could not list models" in d.find_element(By.ID, "model-status").text)
+
+
+NOMINAL_SPEC = {
+    "name": "regions",
+    "classes": ["no", "yes"],
+    "features": [
+        {"name": "region", "type": "nominal", "lower": 0, "upper": 4},
+        {"name": "income", "type": "continuous", "lower": 0, "upper": 10},
+    ],
+}
+
+
+def test_nominal_feature_is_a_list_of_codes_and_costs_one_weight(server, browser):
+    """A nominal feature is chosen from its codes, has no direction to pick, and the
+    changes table charges its switch one weight, as the API's distance does (read as a
+    number, region 0 -> 3 would cost 3)."""
+    base, _, _ = server
+    drv = browser
+    rng = np.random.default_rng(1)
+    X = np.column_stack([rng.integers(0, 5, 400), rng.uniform(0, 10, 400)]).astype(float)
+    y = (X[:, 0] == 3).astype(int)
+    fitted = Fitted(RandomForestClassifier(10, max_depth=3, random_state=0).fit(X, y), X, y)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    r = httpx.post(base + "/v1/models", headers=admin, files={"model": ("m.skops", fitted.skops)},
+                   data={"spec": json.dumps(NOMINAL_SPEC)})
+    assert r.status_code == 202, r.text
+    mid = r.json()["id"]
+    try:
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()["status"] != "ready":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        wait = _open(drv, base)
+        Select(drv.find_element(By.ID, "model")).select_by_value(mid)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-feature="region"]'))
+        region = Select(_field(drv, "region"))
+        assert [o.text for o in region.options] == ["0", "1", "2", "3", "4"]
+        assert not drv.find_element(
+            By.CSS_SELECTOR, '[data-constraint="direction"][data-name="region"]').is_enabled()
+        assert drv.find_element(
+            By.CSS_SELECTOR, '[data-constraint="direction"][data-name="income"]').is_enabled()
+        region.select_by_value("0")
+        _set(_field(drv, "income"), 2)
+        Select(drv.find_element(By.ID, "opt-norm")).select_by_value("l1")
+        _field(drv, "income").send_keys(Keys.ENTER)
+        wait.until(ec.visibility_of_element_located((By.ID, "distance")))
+        (sent,) = _requests(drv, "/counterfactuals")
+        assert sent["instance"] == {"region": 0, "income": 2} and "direction" not in sent
+        api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
+                         json=sent).json()
+        assert api["counterfactual"]["region"] == 3 and api["distance"] == 1.0
+        cf = np.array([[api["counterfactual"]["region"], api["counterfactual"]["income"]]])
+        assert fitted.model.predict(cf)[0] == 1
+        shown = {row[0].text: row for row in _rows(drv, "changes")}
+        assert set(shown) == {"region"}
+        assert float(shown["region"][2].get_attribute("data-value")) == 3
+        assert float(shown["region"][3].get_attribute("data-value")) == 1.0
+    finally:
+        httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
