@@ -37,6 +37,7 @@ from maps_core import (
     FeatureSchema,
     MapsError,
     load_csv,
+    py_scalar,
 )
 
 from .progress import ProgressBar
@@ -165,11 +166,6 @@ def schema_from_data(
 # --------------------------------------------------------------------------------------------
 # JSON answers
 # --------------------------------------------------------------------------------------------
-def _py(v: Any) -> Any:
-    """numpy scalars -> plain Python values."""
-    return v.item() if isinstance(v, np.generic) else v
-
-
 def _read_arg(text: str, flag: str = "--options") -> str:
     """An argument's JSON text: itself, ``@path`` (a file) or ``-`` (stdin)."""
     if text == "-":
@@ -228,7 +224,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     st = maps.stats
     size = sum(f.stat().st_size for f in Path(out).rglob("*") if f.is_file())
     per_class = ", ".join(
-        f"{_py(c)}: {n}" for c, n in zip(maps.classes, st.rectangles_per_class, strict=True)
+        f"{py_scalar(c)}: {n}" for c, n in zip(maps.classes, st.rectangles_per_class, strict=True)
     )
     print(f"wrote maps to {out}")
     print(f"  rectangles: {st.rectangles} ({per_class})")

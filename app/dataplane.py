@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from maps_core import CounterfactualMaps, InvalidQueryError
+from maps_core import CounterfactualMaps, InvalidQueryError, py_scalar
 from maps_core.slices import map_slice
 from maps_core.splits import FLOAT32_MAX, beyond_view
 
 from .errors import InvalidInputError
 from .mapimage import class_colours, png_bytes, render
-from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, py_scalar, results_json
+from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, results_json
 
 __all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "counterfactual_answer", "map_picture",
            "model_predictions", "runs_inline"]

@@ -44,7 +44,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from maps_core import CounterfactualMaps, FeatureSchema, IncompatibleArtifactError, MapsError, flatten_model
+from maps_core import (
+    CounterfactualMaps,
+    FeatureSchema,
+    IncompatibleArtifactError,
+    MapsError,
+    flatten_model,
+    py_scalar,
+)
 from maps_core.exceptions import SchemaError
 
 from . import modelio
@@ -55,7 +62,7 @@ from .errors import (
     ModelNotReadyError,
     PayloadTooLargeError,
 )
-from .schemas import FeatureCodec, ModelSpec, py_scalar
+from .schemas import FeatureCodec, ModelSpec
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")

@@ -32,7 +32,7 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.json_schema import SkipJsonSchema
 
-from maps_core import NORM_NAMES, Counterfactual, CounterfactualResult
+from maps_core import NORM_NAMES, Counterfactual, CounterfactualResult, py_scalar
 
 from .errors import InvalidInputError, PayloadTooLargeError
 
@@ -365,11 +365,6 @@ class ModelList(BaseModel):
 
 
 # -- conversions --------------------------------------------------------------------------
-def py_scalar(v: Any) -> Any:
-    """numpy scalar -> Python scalar; other values unchanged."""
-    return v.item() if isinstance(v, np.generic) else v
-
-
 def json_float(v: float) -> float | None:
     """A float for JSON: None for non-finite values (JSON has no infinities)."""
     f = float(v)

@@ -34,7 +34,7 @@ from .exceptions import (
     UnsupportedModelError,
 )
 from .maps import DEFAULT_MAX_RECTANGLES, CounterfactualMaps, build_maps, load_maps
-from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
+from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region, py_scalar
 from .schema import Feature, FeatureSchema
 
 __all__ = [
@@ -67,5 +67,6 @@ __all__ = [
     "flatten_model",
     "load_csv",
     "load_maps",
+    "py_scalar",
     "read_table",
 ]

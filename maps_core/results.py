@@ -9,6 +9,12 @@ from typing import Any
 import numpy as np
 
 
+def py_scalar(v: Any) -> Any:
+    """A numpy scalar as the plain Python scalar it holds (JSON-friendly: class labels,
+    feature values); any other value unchanged."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 @dataclass(frozen=True)
 class Region:
     """An axis-aligned box of inputs, one interval per feature.

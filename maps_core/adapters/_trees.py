@@ -23,10 +23,11 @@ import numpy as np
 
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
+from ..results import py_scalar
 
 __all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "MAX_UNFOLDED_NODES", "TreeStack",
            "check_size",
-           "class_labels", "code_set_cuts", "library_of", "parse_dump", "plain",
+           "class_labels", "code_set_cuts", "library_of", "parse_dump",
            "skip_always_left", "unfold_tree"]
 
 #: Most input features a model may have (see the module docs).
@@ -46,11 +47,6 @@ def library_of(model: Any) -> str:
     return type(model).__module__.partition(".")[0]
 
 
-def plain(v: Any) -> Any:
-    """numpy scalar -> plain Python scalar (JSON-friendly)."""
-    return v.item() if isinstance(v, np.generic) else v
-
-
 def class_labels(labels: Any, n_classes: int, what: str) -> list[Any]:
     """A fitted wrapper's ``classes_`` as plain Python scalars, in class-index order.
 
@@ -60,7 +56,7 @@ def class_labels(labels: Any, n_classes: int, what: str) -> list[Any]:
         When they are not ``n_classes`` distinct labels (the model's file and its wrapper
         disagree).
     """
-    out = [plain(c) for c in np.asarray(labels).ravel()]
+    out = [py_scalar(c) for c in np.asarray(labels).ravel()]
     if len(out) != n_classes or len({repr(c) for c in out}) != n_classes:
         raise UnsupportedModelError(
             f"the {what}'s classes_ ({len(out)}) do not match its booster's {n_classes} classes")

@@ -34,13 +34,13 @@ import numpy as np
 
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
+from ..results import py_scalar
 from ..splits import FLOAT32_LE, FLOAT64_LE
 from ._trees import (
     MAX_UNFOLDED_NODES,
     TreeStack,
     check_size,
     library_of,
-    plain,
     skip_always_left,
     unfold_tree,
 )
@@ -255,7 +255,7 @@ def flatten(model: Any) -> FlatEnsemble:
     if kind in _HIST:
         return _flatten_hist(model)
     m = int(model.n_features_in_)
-    classes = [plain(c) for c in np.asarray(model.classes_)]
+    classes = [py_scalar(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
     check_size(f"the {kind}", n_classes=n_classes,
                n_nodes=sum(_n_nodes(getattr(e, "tree_", None), "node_count") for e in _estimators(model)))
@@ -310,7 +310,7 @@ def flatten(model: Any) -> FlatEnsemble:
 def _flatten_hist(model: Any) -> FlatEnsemble:
     """A HistGradientBoostingClassifier as a flat ensemble (see the module docs)."""
     m = int(model.n_features_in_)
-    classes = [plain(c) for c in np.asarray(model.classes_)]
+    classes = [py_scalar(c) for c in np.asarray(model.classes_)]
     n_classes = len(classes)
     binary = n_classes == 2
     categorical = getattr(model, "is_categorical_", None) is not None and np.any(model.is_categorical_)
