@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from maps_core import CounterfactualMaps, MapsError, flatten_model
+from maps_core import ArtifactError, CounterfactualMaps, MapsError
 
 from . import build_worker
 from .build_worker import BuildJob
@@ -240,9 +240,10 @@ class BuildManager:
             loaded = CounterfactualMaps.load(self.registry.maps_dir(entry))
         # The maps must belong to the model this process serves /predict with, and
         # near-tie points are decided by it, as after a restart (Registry._load_entry).
-        if loaded.fingerprint != flatten_model(entry.model).fingerprint():
+        try:
+            loaded.attach_model(entry.model)  # flattens the model once, and checks it
+        except ArtifactError:
             return "the saved maps do not belong to the model file"
-        loaded.attach_model(entry.model)
         if not self.registry.attach(entry, loaded):
             raise BuildCancelled()
         log.info(

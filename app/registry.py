@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from maps_core import (
+    ArtifactError,
     CounterfactualMaps,
     FeatureSchema,
     IncompatibleArtifactError,
@@ -440,12 +441,15 @@ class Registry:
                 log.warning("model %s: %s; rebuilding its maps", entry.id, exc)
                 self._queue_again(entry)
                 return
-            fingerprint = flatten_model(model).fingerprint()
-            if maps.fingerprint != fingerprint or (
-                entry.fingerprint is not None and entry.fingerprint != fingerprint
-            ):
+            # near-tie points decided by the model, as in the build; attaching flattens
+            # the model once and checks it is the one the maps were built from
+            try:
+                maps.attach_model(model)
+            except ArtifactError as exc:
+                raise InvalidInputError(
+                    "the maps do not belong to the model file next to them") from exc
+            if entry.fingerprint is not None and entry.fingerprint != maps.fingerprint:
                 raise InvalidInputError("the maps do not belong to the model file next to them")
-            maps.attach_model(model)  # near-tie points decided by the model, as in the build
             if maps.feature_names != [f["name"] for f in entry.features]:
                 raise InvalidInputError("the maps' features differ from spec.json")
         except (MapsError, ApiError, OSError, KeyError) as exc:

@@ -121,6 +121,8 @@ def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -
             info = svc.client.get(f"/v1/models/{model_id}").json()
             assert info["status"] == "failed", (model_id, info)
             assert info["error"].startswith("could not load the model")
+            if model_id == swapped:
+                assert "the maps do not belong to the model file next to them" in info["error"]
             r = svc.client.post(
                 f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()}
             )
