@@ -69,26 +69,28 @@ def uniform_legal(schema: Any, n: int, rng: np.random.Generator) -> np.ndarray:
     return X
 
 
-def _model(kind: str, trees: int, depth: int, nominal: list[bool] | None = None) -> Any:
-    """The estimator; with ``nominal`` (per column, whether it holds category codes) an
-    XGBoost model splits those columns as categories (LightGBM's are named at fit)."""
+def _model(kind: str, trees: int, depth: int, nominal: list[bool] | None = None,
+           seed: int = 0) -> Any:
+    """The estimator, seeded with ``seed``; with ``nominal`` (per column, whether it holds
+    category codes) an XGBoost model splits those columns as categories (LightGBM's are
+    named at fit)."""
     from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
 
     if kind == "rf":
-        return RandomForestClassifier(trees, max_depth=depth, random_state=0, n_jobs=2)
+        return RandomForestClassifier(trees, max_depth=depth, random_state=seed, n_jobs=2)
     if kind == "xgb":
         import xgboost
 
         cats: dict[str, Any] = {} if not nominal or not any(nominal) else {
             "enable_categorical": True, "feature_types": ["c" if c else "q" for c in nominal]}
-        return xgboost.XGBClassifier(n_estimators=trees, max_depth=depth, random_state=0, n_jobs=2,
+        return xgboost.XGBClassifier(n_estimators=trees, max_depth=depth, random_state=seed, n_jobs=2,
                                      **cats)
     if kind == "lgbm":
         import lightgbm
 
         return lightgbm.LGBMClassifier(n_estimators=trees, max_depth=depth, num_leaves=2**depth,
-                                       random_state=0, n_jobs=2, verbose=-1)
-    return GradientBoostingClassifier(n_estimators=trees, max_depth=depth, random_state=0)
+                                       random_state=seed, n_jobs=2, verbose=-1)
+    return GradientBoostingClassifier(n_estimators=trees, max_depth=depth, random_state=seed)
 
 
 def _as_served(kind: str, model: Any) -> Any:
@@ -123,7 +125,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     nominal = [f.type == "nominal" for f in data.schema]
     fit = ({"categorical_feature": [j for j, c in enumerate(nominal) if c]}
            if spec["kind"] == "lgbm" and any(nominal) else {})
-    trained = _model(spec["kind"], spec["trees"], spec["depth"], nominal).fit(Xtr, ytr, **fit)
+    trained = _model(spec["kind"], spec["trees"], spec["depth"], nominal,
+                     spec.get("seed", 0)).fit(Xtr, ytr, **fit)
     model = _as_served(spec["kind"], trained)
     warm_up(Xtr, ytr, data.schema, Xte[0])  # JIT time is neither build nor query time
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -222,6 +225,9 @@ def main() -> None:
     ap.add_argument("--categories", choices=("one-hot", "codes"), default="one-hot",
                     help="E columns one-hot encoded, or one nominal column of codes that "
                          "XGBoost and LightGBM split as categories (load_csv's categories)")
+    ap.add_argument("--seeds", default="0",
+                    help="the models' random_state, a comma list: one row per seed (name@seed "
+                         "past the first), to see how much a model's training draw matters")
     ap.add_argument("--out", type=Path, help="markdown results file (default under results/)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -239,13 +245,15 @@ def main() -> None:
         return
     rows = []
     names = list(NATIVE) if a.models == "native" else a.models.split(",")
-    for name in names:
+    seeds = [int(s) for s in a.seeds.split(",")]
+    for name, seed in ((n, s) for n in names for s in seeds):
         ds, kind, trees, depth = {**MODELS, **NATIVE}[name]
-        r = run_subprocess({**base, "name": name, "dataset": ds, "kind": kind, "trees": trees,
-                            "depth": depth}, None)
+        label = name if seed == 0 else f"{name}@{seed}"
+        r = run_subprocess({**base, "name": label, "dataset": ds, "kind": kind, "trees": trees,
+                            "depth": depth, "seed": seed}, None)
         assert r is not None
         rows.append(r)
-        print(f"# {name}: T0 {r['T0']:.1f} s, peak {r['peak_mb']:.0f} MB, "
+        print(f"# {label}: T0 {r['T0']:.1f} s, peak {r['peak_mb']:.0f} MB, "
               + ", ".join(f"{n} p50 {v['p50']:.2f} ms" for n, v in r["lat"].items()),
               file=sys.stderr, flush=True)
     lines = ["# Loan data: build and single-query latency", ""]

@@ -380,6 +380,25 @@ class TreeStack:
         self._roots.append(offset)
         self._n += left.shape[0]
 
+    def add_skipping_inf(self, feature: np.ndarray, threshold: np.ndarray, left: np.ndarray,
+                         right: np.ndarray, value: np.ndarray) -> None:
+        """:meth:`add` a tree whose internal nodes of threshold +inf are each replaced by
+        their left child.
+
+        Under the ``x <= t`` rules (scikit-learn's on float32, LightGBM's and
+        HistGradientBoosting's on float64) every finite input goes left at such a node,
+        even one whose float32 is +inf; only a missing value could go right. The libraries
+        store them for splits that send missing values, and only them, one way. Not for
+        XGBoost's ``float32(x) < t``, which sends an input beyond float32's range right.
+        """
+        left = np.asarray(left, dtype=np.int64)
+        always_left = (left >= 0) & (np.asarray(threshold) == np.inf)
+        if np.any(always_left):
+            keep, left, right = skip_always_left(left, np.asarray(right, dtype=np.int64),
+                                                 always_left)
+            feature, threshold, value = feature[keep], threshold[keep], value[keep]
+        self.add(feature, threshold, left, right, value)
+
     @property
     def n_nodes(self) -> int:
         """Nodes of the trees added so far."""

@@ -362,8 +362,12 @@ def _check_tree(t: _Tree, n_features: int, where: str) -> None:
         raise UnsupportedModelError(
             f"LightGBM zero_as_missing models are not supported ({where}): a 0.0 input would "
             "go the default way, not by its threshold")
-    if not np.all(np.isfinite(t.threshold)) or not np.all(np.isfinite(t.leaf_value)):
-        raise UnsupportedModelError(f"LightGBM model file: non-finite threshold or leaf value ({where})")
+    # +inf: a split that sends missing values, and only them, right (every finite input
+    # satisfies x <= inf); the flat tree drops it (TreeStack.add_skipping_inf)
+    usable = np.isfinite(t.threshold) | ((t.threshold == np.inf) & ~cat)
+    if not np.all(usable) or not np.all(np.isfinite(t.leaf_value)):
+        raise UnsupportedModelError(
+            f"LightGBM model file: a threshold of -inf or NaN, or a non-finite leaf value ({where})")
     n_int, n_leaves = t.split_feature.size, t.leaf_value.size
     if t.split_feature.size and (t.split_feature.min() < 0 or t.split_feature.max() >= n_features):
         raise UnsupportedModelError(f"LightGBM model file: split feature out of range ({where})")
@@ -392,7 +396,8 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
     for i, t in enumerate(model.trees):
         n_int, n_leaves = t.split_feature.size, t.leaf_value.size
         if n_int and t.categorical().any():
-            trees.add(*_unfolded(t, n_classes, 1 if binary else i % k, scale, f"tree {i}"))
+            trees.add_skipping_inf(*_unfolded(t, n_classes, 1 if binary else i % k, scale,
+                                              f"tree {i}"))
             continue
         n = n_int + n_leaves
         # internal nodes first (LightGBM's order, root 0), then leaf j as node n_int + j:
@@ -407,7 +412,7 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
         left[:n_int] = np.where(t.left >= 0, t.left, n_int + ~t.left)
         right[:n_int] = np.where(t.right >= 0, t.right, n_int + ~t.right)
         value[n_int:, 1 if binary else i % k] = t.leaf_value * scale
-        trees.add(feature, threshold, left, right, value)
+        trees.add_skipping_inf(feature, threshold, left, right, value)
     # categorical splits unfold into more nodes than the file has
     check_size("LightGBM model", n_classes=n_classes, n_nodes=trees.n_nodes)
     return trees.ensemble(

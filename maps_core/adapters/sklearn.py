@@ -41,7 +41,6 @@ from ._trees import (
     TreeStack,
     check_size,
     library_of,
-    skip_always_left,
     unfold_tree,
 )
 
@@ -196,20 +195,10 @@ def _append_tree(tree: Any, values: np.ndarray, trees: TreeStack, n_features: in
     problem = tree_problem(tree, n_features)
     if problem:
         raise UnsupportedModelError(f"a tree of the model is malformed: {problem}")
-    _add_skipping_inf(trees, np.asarray(tree.feature), np.asarray(tree.threshold, dtype=np.float64),
-                      np.asarray(tree.children_left, dtype=np.int64),
-                      np.asarray(tree.children_right, dtype=np.int64), values)
-
-
-def _add_skipping_inf(trees: TreeStack, feature: np.ndarray, threshold: np.ndarray,
-                      left: np.ndarray, right: np.ndarray, values: np.ndarray) -> None:
-    """Add a checked tree, each internal node of threshold +inf replaced by its left child
-    (every finite input goes left there; see the module docs)."""
-    always_left = (left >= 0) & (threshold == np.inf)
-    if np.any(always_left):
-        keep, left, right = skip_always_left(left, right, always_left)
-        feature, threshold, values = feature[keep], threshold[keep], values[keep]
-    trees.add(feature, threshold, left, right, values)
+    trees.add_skipping_inf(np.asarray(tree.feature),
+                           np.asarray(tree.threshold, dtype=np.float64),
+                           np.asarray(tree.children_left, dtype=np.int64),
+                           np.asarray(tree.children_right, dtype=np.int64), values)
 
 
 def _n_nodes(obj: Any, attr: str) -> int:
@@ -335,8 +324,9 @@ def _flatten_hist(model: Any) -> FlatEnsemble:
         if np.any(nodes["is_categorical"][~leaf]):
             raise UnsupportedModelError("a tree of the model is malformed: a categorical split "
                                         "in a model without categorical features")
-        _add_skipping_inf(trees, np.asarray(nodes["feature_idx"]),
-                          np.asarray(nodes["num_threshold"], dtype=np.float64), left, right, value)
+        trees.add_skipping_inf(np.asarray(nodes["feature_idx"]),
+                               np.asarray(nodes["num_threshold"], dtype=np.float64), left, right,
+                               value)
     # categorical splits unfold into more nodes than the model has
     check_size("the HistGradientBoostingClassifier", n_classes=n_classes, n_nodes=trees.n_nodes)
     base = np.zeros(n_classes)

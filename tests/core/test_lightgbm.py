@@ -87,6 +87,46 @@ def test_distances_equal_the_brute_force(n_classes, norm):
             assert P.size == 0 or np.all(clf.predict(P) == target)
 
 
+def _missing_only_split_model() -> tuple[object, np.ndarray]:
+    """A LightGBM model (trained with NaN values and zero sample weights) whose file holds
+    a split of threshold +inf: missing values go right, every finite input left."""
+    rng = np.random.default_rng(18)
+    n = 250
+    X = np.column_stack([rng.normal(0, 1.5, n), rng.integers(0, 13, n).astype(float)])
+    y = np.digitize(X[:, 0] + 0.3 * X[:, 1] + rng.normal(0, 0.6, n), [0, 2, 4])
+    X[rng.random(n) < 0.15, 1] = np.nan
+    sw = rng.uniform(0, 3, n)
+    sw[rng.random(n) < 0.2] = 0.0
+    clf = lgb.LGBMClassifier(n_estimators=4, num_leaves=7, min_child_samples=9, verbose=-1,
+                             random_state=0, n_jobs=1).fit(X, y, sample_weight=sw)
+    return clf, np.nan_to_num(X)
+
+
+def test_a_missing_only_split_is_read_as_its_left_child():
+    clf, X = _missing_only_split_model()
+    text = clf.booster_.model_to_string()
+    assert any(line.startswith("threshold=") and "inf" in line.split()
+               for line in text.replace("=", "= ").splitlines())
+    model = parse_lightgbm(text)
+    maps = CounterfactualMaps.build(model)
+    P = _edge_points(model, X, np.random.default_rng(2))
+    huge = [[1e308, 1e308], [-1e308, -1e308], [0.0, 1.7e308], [5e-324, -0.0]]
+    P = np.vstack([P[np.isfinite(P).all(axis=1)], huge])
+    want = clf.predict(P)
+    assert np.array_equal(model.predict(P), want)
+    assert np.array_equal(np.asarray(maps.predict(P)), want)
+    for x in X[:6]:
+        for target in range(3):
+            res = maps.counterfactual(x, target, norm="l1")
+            assert res.best.distance == pytest.approx(brute_force(clf, x, target, np.ones(2), "l1"),
+                                                      rel=1e-9, abs=1e-12)
+            assert clf.predict(res.best.x[None])[0] == target
+    # -inf and NaN thresholds stay refused
+    for bad in ("-inf", "nan"):
+        with pytest.raises(UnsupportedModelError, match="-inf or NaN"):
+            parse_lightgbm(text.replace(" inf\n", f" {bad}\n", 1))
+
+
 def _text(**kw):
     X, y = _data(2)
     return lgb.LGBMClassifier(n_estimators=3, verbose=-1, **kw).fit(X, y).booster_.model_to_string()
