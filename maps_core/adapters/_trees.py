@@ -26,7 +26,7 @@ from ..exceptions import UnsupportedModelError
 from ..results import py_scalar
 
 __all__ = ["MAX_CLASSES", "MAX_FEATURES", "MAX_NODE_VALUES", "MAX_UNFOLDED_NODES", "TreeStack",
-           "check_size",
+           "check_category_values", "check_size",
            "class_labels", "code_set_cuts", "library_of", "parse_dump",
            "skip_always_left", "unfold_tree"]
 
@@ -166,6 +166,42 @@ def skip_always_left(left: np.ndarray, right: np.ndarray,
         keep.append(resolve(int(right[i])))
     return (np.array(keep, dtype=np.int64), np.array(new_left, dtype=np.int64),
             np.array(new_right, dtype=np.int64))
+
+
+def check_category_values(values: Any, what: str) -> None:
+    """Refuse a stored mapping from category values to codes that cfmaps cannot honour.
+
+    Trained on pandas ``category`` columns, LightGBM (``pandas_categorical``) and XGBoost
+    (``cats``) store each column's categories; their ``predict`` on a DataFrame maps a
+    value to its position among them, the code the trees split on, while on an array it
+    reads the number itself as the code. cfmaps reads numbers, so it serves the codes. That
+    is what a client means when the categories are strings (a JSON number can only be a
+    code) or the numbers ``0..n-1`` themselves; numbers in another order or range (say
+    10, 20, 30) would be read as codes they are not, so the model is refused.
+
+    Parameters
+    ----------
+    values : sequence
+        The stored category values of one column (numbers or strings).
+    what : str
+        Where they come from, for the message.
+
+    Raises
+    ------
+    UnsupportedModelError
+        When the values are numbers other than ``0, 1, ..., n-1`` in that order.
+    """
+    vals = list(values)
+    if not vals or any(isinstance(v, str) for v in vals):
+        return
+    if all(isinstance(v, int | float) and v == i for i, v in enumerate(vals)):
+        return
+    shown = ", ".join(repr(v) for v in vals[:6]) + (", ..." if len(vals) > 6 else "")
+    raise UnsupportedModelError(
+        f"{what}: the categories are the values [{shown}], which the library's predict on a "
+        f"DataFrame maps to the codes 0..{len(vals) - 1} its trees split on; cfmaps reads "
+        "numbers as those codes and cannot tell the two apart. Train on the codes instead "
+        "(pandas: df[col].cat.codes) or on categories 0..n-1")
 
 
 def code_set_cuts(codes: np.ndarray, strict: bool, lowest: float = 0.0) -> tuple[np.ndarray, np.ndarray]:

@@ -49,6 +49,7 @@ to decide.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,7 @@ from ..splits import FLOAT64_LE
 from ._trees import (
     MAX_UNFOLDED_NODES,
     TreeStack,
+    check_category_values,
     check_size,
     code_set_cuts,
     library_of,
@@ -291,6 +293,7 @@ def parse_lightgbm(text: str) -> LightGBMModel:
         raise UnsupportedModelError("LightGBM dart models are not supported")
     if "[linear_tree: 1]" in text:
         raise UnsupportedModelError("LightGBM linear trees are not supported (leaves are not constants)")
+    _check_pandas_categorical(text)
     names = hf.get("feature_names", "").split()
     if len(names) != n_features:
         raise UnsupportedModelError(
@@ -339,6 +342,24 @@ def parse_lightgbm(text: str) -> LightGBMModel:
                          objective=objective[0], sigmoid=sigmoid,
                          average_output="average_output" in hf, n_tree_per_iteration=per_iter,
                          trees=trees)
+
+
+def _check_pandas_categorical(text: str) -> None:
+    """Refuse numeric pandas categories that are not their own codes (the file's last line,
+    ``pandas_categorical:``; see :func:`~maps_core.adapters._trees.check_category_values`)."""
+    line = next((ln for ln in text.splitlines() if ln.startswith("pandas_categorical:")), None)
+    if line is None:
+        return
+    try:
+        columns = json.loads(line.partition(":")[2])
+    except (ValueError, RecursionError):
+        raise UnsupportedModelError("LightGBM model file: malformed pandas_categorical") from None
+    if columns is None:
+        return
+    if not isinstance(columns, list) or not all(isinstance(c, list) for c in columns):
+        raise UnsupportedModelError("LightGBM model file: malformed pandas_categorical")
+    for i, values in enumerate(columns):
+        check_category_values(values, f"LightGBM model file, categorical column #{i}")
 
 
 def _n_nodes(trees: list[_Tree]) -> int:

@@ -65,6 +65,7 @@ from ..splits import FLOAT32_LT
 from ._trees import (
     MAX_UNFOLDED_NODES,
     TreeStack,
+    check_category_values,
     check_size,
     code_set_cuts,
     library_of,
@@ -400,6 +401,7 @@ def _model(doc: Any) -> XGBoostModel:
         if not 0.0 < float(base[0]) < 1.0:
             raise UnsupportedModelError(f"XGBoost model file: base_score {base[0]} is no probability")
         base = np.array([_logit32(base[0])], dtype=np.float32)
+    _check_stored_categories(model.get("cats"))
     names = learner.get("feature_names") or None
     if names is not None and len(names) != n_features:
         raise UnsupportedModelError(
@@ -413,6 +415,25 @@ def _model(doc: Any) -> XGBoostModel:
     return XGBoostModel(n_classes=n_classes, n_features_in_=n_features,
                         feature_names=[str(n) for n in names] if names else None,
                         objective=objective, base_margin=base.astype(np.float32), trees=trees)
+
+
+def _check_stored_categories(cats: Any) -> None:
+    """Refuse numeric pandas categories that are not their own codes (XGBoost 3.1+ stores
+    each feature's categories in ``model.cats.enc``: numbers as ``values``, strings as
+    ``offsets`` into bytes; see :func:`~maps_core.adapters._trees.check_category_values`)."""
+    if cats is None:
+        return
+    enc = cats.get("enc") if isinstance(cats, dict) else None
+    if not isinstance(enc, list) or not all(isinstance(e, dict) for e in enc):
+        raise UnsupportedModelError("XGBoost model file: malformed stored categories (cats)")
+    for j, e in enumerate(enc):
+        if e.get("offsets"):
+            continue  # strings: a query can only name them by their codes
+        values = e.get("values") or []
+        if not isinstance(values, list) or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            raise UnsupportedModelError("XGBoost model file: malformed stored categories (cats)")
+        check_category_values(values, f"XGBoost model file, feature #{j}")
 
 
 def _trees_used(n_trees: int, indptr: list[int] | None, per_round: int, best: int | None) -> int:

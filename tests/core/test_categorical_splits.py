@@ -233,6 +233,62 @@ def test_lightgbm_refusals_name_the_problem(monkeypatch):
         flatten_model(parse_lightgbm(text))
 
 
+# What LightGBM and XGBoost store for a model fitted on pandas ``category`` columns (the
+# formats as lightgbm 4.7 and xgboost 3.2 write them; pandas is no test dependency).
+NUMBERS = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120]
+CODES, STRINGS, SECOND = list(range(12)), list("abcdefghijkl"), list(range(30))
+
+
+@pytest.mark.parametrize("stored", ["numbers", "codes", "strings"])
+def test_pandas_categories_other_than_their_codes_are_refused(stored):
+    """The libraries' predict on a DataFrame maps each stored category to its position;
+    numbers other than 0..n-1 would be read by cfmaps as codes they are not."""
+    import json
+
+    values = {"numbers": NUMBERS, "codes": CODES, "strings": STRINGS}[stored]
+    clf, X = _fit("lightgbm", 2, n_estimators=2, num_leaves=8)
+    text = clf.booster_.model_to_string()
+    assert "\npandas_categorical:null" in text
+    lgb_text = text.replace("pandas_categorical:null",
+                            "pandas_categorical:" + json.dumps([values, SECOND]))
+    xclf, _ = _fit("xgboost", 2, n_estimators=2, max_depth=4)
+    doc = json.loads(bytes(xclf.get_booster().save_raw("json")))
+    enc = ({"offsets": list(range(13)), "values": [ord(c) for c in values]} if stored == "strings"
+           else {"type": 15, "values": values})
+    doc["learner"]["gradient_booster"]["model"]["cats"] = {
+        "enc": [enc, {"offsets": [], "values": []}, {"type": 15, "values": SECOND}],
+        "feature_segments": [0, 12, 12, 42], "sorted_idx": list(range(42))}
+    xgb_file = json.dumps(doc).encode()
+    if stored == "numbers":
+        for parse, data, where in ((parse_lightgbm, lgb_text, "categorical column #0"),
+                                   (parse_xgboost, xgb_file, "feature #0")):
+            with pytest.raises(UnsupportedModelError, match=f"{where}: the categories are the "
+                               r"values \[10, 20, 30, 40, 50, 60, \.\.\.\]"):
+                parse(data)
+        return
+    # codes 0..n-1 and strings (a query can only name them by their codes) are served as
+    # codes, as the library's predict reads an array
+    for model, data, parse in ((clf, lgb_text, parse_lightgbm), (xclf, xgb_file, parse_xgboost)):
+        maps = CounterfactualMaps.build(parse(data), max_rectangles=1000)
+        assert np.array_equal(maps.predict(X[:500]), model.predict(X[:500]))
+
+
+def test_malformed_stored_categories_are_refused():
+    import json
+
+    clf, _ = _fit("lightgbm", 2, n_estimators=2, num_leaves=8)
+    text = clf.booster_.model_to_string()
+    for bad in ("[[1, 2", "{}", "[1, 2]"):
+        with pytest.raises(UnsupportedModelError, match="malformed pandas_categorical"):
+            parse_lightgbm(text.replace("pandas_categorical:null", "pandas_categorical:" + bad))
+    xclf, _ = _fit("xgboost", 2, n_estimators=2, max_depth=4)
+    doc = json.loads(bytes(xclf.get_booster().save_raw("json")))
+    for bad in ({"enc": 3}, {"enc": [{"type": 15, "values": ["x", 2]}]}, [1]):
+        doc["learner"]["gradient_booster"]["model"]["cats"] = bad
+        with pytest.raises(UnsupportedModelError, match="malformed stored categories"):
+            parse_xgboost(json.dumps(doc).encode())
+
+
 @pytest.mark.parametrize("library", ["lightgbm", "xgboost"])
 def test_the_libraries_objects_build_the_same_maps(library):
     """``CounterfactualMaps.build`` takes the fitted object itself (read through its own
