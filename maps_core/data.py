@@ -177,15 +177,20 @@ def _one_hot(raw: list[str], name: str) -> tuple[list[np.ndarray], list[Feature]
 def _codes(raw: list[str]) -> np.ndarray:
     """An ``E`` column as codes: its values when every one is a non-negative integer,
     else each category's position among the sorted distinct values (as pandas' category
-    dtype numbers a column of strings); NaN where missing."""
+    dtype numbers them: numbers in numeric order, anything else as strings); NaN where
+    missing."""
     values = [None if _is_missing(v) else v.strip() for v in raw]
     present = sorted({v for v in values if v is not None})
     try:
         nums = {v: float(v) for v in present}
-        if all(n >= 0 and n == math.floor(n) and math.isfinite(n) for n in nums.values()):
-            return np.array([math.nan if v is None else nums[v] for v in values])
     except ValueError:
-        pass
+        nums = {}
+    if nums and all(math.isfinite(n) for n in nums.values()):
+        if all(n >= 0 and n == math.floor(n) for n in nums.values()):
+            return np.array([math.nan if v is None else nums[v] for v in values])
+        order = sorted(set(nums.values()))
+        rank = {n: float(i) for i, n in enumerate(order)}
+        return np.array([math.nan if v is None else rank[nums[v]] for v in values])
     pos = {v: float(i) for i, v in enumerate(present)}
     return np.array([math.nan if v is None else pos[v] for v in values])
 

@@ -98,6 +98,12 @@ def test_integer_categories_are_their_own_codes(tmp_path: Path) -> None:
     # a negative or fractional one is not a code: positions instead
     ds = load_csv(write(tmp_path, "c,Class\nE,T\n-1,0\n2.5,1\n"), categories="codes")
     assert ds.X[:, 0].tolist() == [0.0, 1.0]
+    # numbers in numeric order, as pandas sorts numeric categories (not "-1" < "10" < "2")
+    ds = load_csv(write(tmp_path, "c,Class\nE,T\n10,0\n-1,1\n2,0\n"), categories="codes")
+    assert ds.X[:, 0].tolist() == [2.0, 0.0, 1.0]
+    # an infinite category is no number to sort: the column's strings are sorted instead
+    ds = load_csv(write(tmp_path, "c,Class\nE,T\n1,0\ninf,1\n2,0\n"), categories="codes")
+    assert ds.X[:, 0].tolist() == [0.0, 2.0, 1.0]
 
 
 @pytest.mark.parametrize(
