@@ -91,6 +91,10 @@ class Feature:
             raise SchemaError(f"feature {self.name!r}: weight must be a finite number >= 0")
         if self.type == "categorical" and not self.group:
             raise SchemaError(f"feature {self.name!r}: categorical features need a group")
+        if self.type != "categorical" and self.group is not None:
+            # a group is a one-hot group's columns; elsewhere it would be silently ignored
+            raise SchemaError(f"feature {self.name!r}: only categorical (one-hot) columns take "
+                              f"a group; a {self.type} feature cannot be in {self.group!r}")
         if self.type == "nominal":
             if self.lower is None or self.upper is None or not (
                     math.isfinite(self.lower) and math.isfinite(self.upper)):

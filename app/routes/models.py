@@ -36,8 +36,9 @@ _LINKS = {
 }
 
 _SPEC_DOC = (
-    'JSON: {"name": str, "features": [{name, type: continuous|integer|binary|categorical, '
-    "lower, upper, group, mutable, direction: any|increase|decrease, weight}], "
+    'JSON: {"name": str, "features": [{name, type: continuous|integer|binary|categorical|'
+    "nominal, lower, upper, group (categorical: its one-hot group), mutable, "
+    "direction: any|increase|decrease, weight}], "
     '"classes": [display names]}. Sent as a text field or as a file.'
 )
 

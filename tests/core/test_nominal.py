@@ -135,6 +135,10 @@ def test_schema_and_inputs_are_checked():
         Feature("c", "nominal", 0, None)
     with pytest.raises(SchemaError, match="direction must be 'any'"):
         Feature("c", "nominal", 0, 3, direction="increase")
+    # a group belongs to one-hot columns: on any other feature it would be ignored
+    for kind in ("nominal", "binary", "integer", "continuous"):
+        with pytest.raises(SchemaError, match="only categorical .one-hot. columns take a group"):
+            Feature("c", kind, 0, 3, group="g")
     clf, X = _forest()
     maps = CounterfactualMaps.build(clf, _schema(), max_rectangles=3)
     x = X[0].copy()
