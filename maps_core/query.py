@@ -670,12 +670,12 @@ _L2_SPREAD_EXP = 400
 
 
 @njit(cache=True, nogil=True)
-def _cost_range(w, mag, A, immutable, gcost, gcol):
-    """Least and largest cost bound ``w_f * 2 max(mag_f, |A_rf|)`` over the mutable
-    features with a positive weight and span (``w_f`` for a nominal one), and the positive
-    switching costs ``gcost`` (inf when a product overflows, 0 when it underflows); (-1, -1)
-    when there is none. Compiled: with numpy calls the check took about 50 us in a
-    query's path."""
+def _cost_range(w, mag, A, lower, upper, immutable, gcost, gcol):
+    """Least and largest cost bound ``w_f * 2 max(mag_f, |A_rf|, |lower_f|, |upper_f|)``
+    (finite constraint bounds only) over the mutable features with a positive weight and
+    span (``w_f`` for a nominal one), and the positive switching costs ``gcost`` (inf when
+    a product overflows, 0 when it underflows); (-1, -1) when there is none. Compiled: with
+    numpy calls the check took about 50 us in a query's path."""
     low = np.inf
     top = -1.0
     for f in range(w.shape[0]):
@@ -688,6 +688,11 @@ def _cost_range(w, mag, A, immutable, gcost, gcol):
         big = mag[f]
         for r in range(A.shape[0]):
             big = max(big, abs(A[r, f]))
+        # bounds may force a move as far as themselves, past every cell bound and value
+        if np.isfinite(lower[f]):
+            big = max(big, abs(lower[f]))
+        if np.isfinite(upper[f]):
+            big = max(big, abs(upper[f]))
         if big > 0:
             cost = w[f] * (2.0 * big)
             low = min(low, cost)
@@ -707,7 +712,8 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     that a caller's distance is the kernels' times ``2**e`` (0: the options unchanged).
 
     A cost is ``w_f |p_f - x_f|``, at most ``w_f`` times twice the largest magnitude of
-    ``x_f`` and of feature f's finite cell bounds, or a group's switching cost. With
+    ``x_f``, of feature f's finite cell bounds and of its finite constraint bounds (a bound
+    at 1e200 forces a move that far), or a group's switching cost. With
     weights or values far from 1 (1e200, 1e-170), l2's squares overflowed to inf (a
     counterfactual reported infeasible) or underflowed to 0 (a distance of 0, the wrong
     point). Scaling every cost by the same power of two changes no comparison and no
@@ -721,14 +727,18 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
         smaller ones would vanish next to the larger.
     """
     w = opts.weights
-    low, top = _cost_range(w, engine.grid.magnitudes, A, opts.immutable, opts.gcost, opts.gcol)
+    low, top = _cost_range(w, engine.grid.magnitudes, A, opts.lower, opts.upper, opts.immutable,
+                           opts.gcost, opts.gcol)
     if top == -1.0:
         return opts, 0  # nothing costs anything
     if (2.0 ** -_EXACT_EXP <= low and top <= 2.0 ** _EXACT_EXP
             and (opts.norm_code != L2 or top / low <= 2.0 ** _L2_SPREAD_EXP)):
         return opts, 0  # the common case, in a few microseconds
     with np.errstate(over="ignore"):
-        span = 2.0 * np.maximum(engine.grid.magnitudes, np.abs(A).max(axis=0))
+        bounds = np.maximum(np.where(np.isfinite(opts.lower), np.abs(opts.lower), 0.0),
+                            np.where(np.isfinite(opts.upper), np.abs(opts.upper), 0.0))
+        span = 2.0 * np.maximum(np.maximum(engine.grid.magnitudes, np.abs(A).max(axis=0)),
+                                bounds)
     free = ~opts.immutable & (w > 0) & (span > 0)
     if not np.all(np.isfinite(span)):
         raise InvalidQueryError("feature values beyond +-8.9e307 cannot be measured in float64",
@@ -748,7 +758,11 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
                                 "1e301); use smaller weights", "weights")
     if -_EXACT_EXP <= e_top <= _EXACT_EXP:
         return opts, 0
-    return replace(opts, weights=np.ldexp(w, -e_top), gcost=np.ldexp(opts.gcost, -e_top),
+    # A weight whose feature never moves (no span) may exceed float64 once scaled: kept
+    # finite, so that it times a zero move stays zero
+    big = np.finfo(np.float64).max
+    return replace(opts, weights=np.minimum(np.ldexp(w, -e_top), big),
+                   gcost=np.minimum(np.ldexp(opts.gcost, -e_top), big),
                    scale=math.ldexp(opts.scale, -e_top)), e_top
 
 

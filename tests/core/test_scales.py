@@ -82,3 +82,39 @@ def test_costs_beyond_float64_are_refused(forest):
     with pytest.raises(InvalidQueryError) as err:
         all_maps[0].counterfactual(X[0], t, norm="l1", weights=[1e305, 1e305, 1e305])
     assert err.value.field == "weights"
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_bounds_that_force_a_far_move_are_measured(norm):
+    """A bound can force a move past every cell bound and value of x: its cost counts in
+    the scaling too (l2 squared a move to 1e200 into inf and answered "infeasible"), and a
+    weight of a feature without splits stays finite once scaled (weights 1e270 and 1e-90
+    made the first infinite)."""
+    X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]] * 10, dtype=float)
+    y = np.array([0, 1, 0, 1] * 10)
+    hgb = HistGradientBoostingClassifier(max_iter=3, min_samples_leaf=2).fit(X, y)
+    maps = CounterfactualMaps.build(hgb)
+    x = np.zeros(2)
+    for bounds, want in (({"b": [1e200, None]}, [0.0, 1e200]),
+                         ({"a": [1e160, None], "b": [1e160, None]}, [1e160, 1e160])):
+        bounds = {("x0", "x1")[ord(k) - ord("a")]: v for k, v in bounds.items()}
+        res = maps.counterfactual(x, 1, norm=norm, bounds=bounds)
+        assert res.feasible, res.reason
+        d = np.abs(np.array(want))
+        ref = {"l1": d.sum(), "l2": np.hypot(*d), "linf": d.max()}[norm]
+        assert res.best.distance == pytest.approx(ref, rel=1e-9)
+        assert hgb.predict(res.best.x[None])[0] == 1
+    # one split on feature 1; feature 0's bound forces it from 0 to 1 at a weight of 1e270
+    from sklearn.tree import DecisionTreeClassifier
+
+    tree = DecisionTreeClassifier(random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(tree)
+    opts = {"norm": norm, "weights": [1e270, 1e-90], "bounds": {"x0": [1.0, None]}}
+    if norm == "l2":  # squared, costs 1e360 apart: refused by name, as in the test above
+        with pytest.raises(InvalidQueryError, match="l2 cannot compare"):
+            maps.counterfactual(x, 1, **opts)
+        return
+    res = maps.counterfactual(x, 1, **opts)
+    assert res.feasible, res.reason
+    assert res.best.distance == pytest.approx(1e270, rel=1e-9)
+    assert tree.predict(res.best.x[None])[0] == 1
