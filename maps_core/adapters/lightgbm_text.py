@@ -21,7 +21,12 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   missing and goes the default way; 2 NaN: NaN goes the default way). cfmaps refuses NaN
   in queries, so the default direction never matters, except for the *zero* type, where
   0.0 itself is routed by it: such models (``zero_as_missing=True``) are refused, as are
-  linear trees.
+  linear trees. Trained on data with NaN, LightGBM may write a split of threshold
+  ``inf``, which sends NaN its default way and every finite input left: it is replaced by
+  its left child (``-inf`` and NaN thresholds are refused).
+* ``pandas_categorical`` (a model fitted on pandas ``category`` columns): numeric
+  categories other than ``0..n-1`` are refused
+  (:func:`~maps_core.adapters._trees.check_category_values`).
 * a categorical split (``categorical_feature``, or a pandas ``category`` column) sends
   ``x`` left iff its code is in the node's bitset (``cat_threshold`` words from
   ``cat_boundaries[k]``, ``k`` the node's threshold). LightGBM reads the code as C's

@@ -36,7 +36,9 @@ the set's, left. So code ``c`` is ``float32(x)`` in ``[c, c + 1)``, and each suc
 becomes a balanced chain of ``float32(x) < c`` splits, one interval per run of codes, with
 a copy of the child subtree below each run (as LightGBM's: see
 :func:`~maps_core.adapters._trees.unfold_tree`); codes must lie below ``2**24``, where
-float32 holds every integer.
+float32 holds every integer. A model fitted on pandas ``category`` columns stores their
+categories (``model.cats``); numeric ones other than ``0..n-1`` are refused
+(:func:`~maps_core.adapters._trees.check_category_values`).
 
 Refused, naming the reason: ``dart`` and ``gblinear`` boosters, regression, ranking and
 other objectives, multi-target models and
