@@ -143,7 +143,11 @@ class XGBoostModel:
             p = one / (one + _expf(-m[:, 0]))
             return np.column_stack([one - p, p]).astype(np.float32)
         e = _expf((m - m.max(axis=1, keepdims=True)).astype(np.float32))
-        return (e / e.sum(axis=1, keepdims=True, dtype=np.float32)).astype(np.float32)
+        # XGBoost's Softmax sums the float32 exponentials in a double, in class order, and
+        # divides by that sum rounded to float32 (a float32 sum decided near ties the
+        # other way: a QA fuzz)
+        wsum = np.cumsum(e.astype(np.float64), axis=1)[:, -1:].astype(np.float32)
+        return (e / wsum).astype(np.float32)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """Class labels as ``XGBClassifier.predict``: class 1 iff the float32 probability

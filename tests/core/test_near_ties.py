@@ -134,3 +134,101 @@ def test_flat_arithmetic_is_exact_on_these_ties(tie_case):
     P = _probe_points(model, complete)
     flat = complete.ensemble.predict_index(P)
     assert np.array_equal(np.asarray(complete.classes)[flat], model.predict(P))
+
+
+# -- the libraries' own probability arithmetic, where two classes nearly tie -------------
+# Leaf values edited (seeded) so that near ties are common; the points are ones where two
+# classes' probabilities tie to the last bit or one ulp apart (found by a QA fuzz).
+
+
+def _edited_xgboost(seed: int):
+    import json
+
+    import xgboost as xgb
+
+    vals = [1e-8, -1e-8, 3e-8, -3e-8, 5.96e-8, -5.96e-8, 1.2e-7, -1.2e-7, 0.1, -0.1, 0.25,
+            -0.25, 0.0, 1.0, -1.0]
+    rng = np.random.default_rng(seed)
+    nc = int(rng.choice([2, 3, 4]))
+    X = rng.normal(size=(300, 2))
+    s = X[:, 0] + X[:, 1]
+    y = np.digitize(s + rng.normal(0, 0.5, 300), np.quantile(s, np.linspace(0, 1, nc + 1)[1:-1]))
+    obj = "binary:logistic" if nc == 2 else str(rng.choice(["multi:softprob", "multi:softmax"]))
+    m = xgb.XGBClassifier(n_estimators=int(rng.integers(2, 5)), max_depth=2, objective=obj,
+                          n_jobs=1, random_state=seed).fit(X, y)
+    doc = json.loads(bytes(m.get_booster().save_raw("json")))
+    for t in doc["learner"]["gradient_booster"]["model"]["trees"]:
+        for i, left in enumerate(t["left_children"]):
+            if left == -1:
+                t["split_conditions"][i] = float(np.float32(rng.choice(vals)))
+                t["base_weights"][i] = t["split_conditions"][i]
+    lp = doc["learner"]["learner_model_param"]
+    if nc == 2:
+        lp["base_score"] = str(float(rng.choice([0.5, 0.5000001, 0.4999999])))
+    elif rng.random() < 0.5:
+        lp["base_score"] = "[" + ",".join(["0"] * nc) + "]"
+    edited = xgb.XGBClassifier()
+    edited.load_model(bytearray(json.dumps(doc).encode()))
+    return edited, obj
+
+
+def test_xgboost_softmax_sums_its_denominator_in_double():
+    """XGBoost's Softmax adds the float32 exponentials in a double; summed in float32, the
+    emulation broke this tie (classes 0 and 1) the other way."""
+    from maps_core.adapters.xgboost_json import from_xgboost
+
+    model, obj = _edited_xgboost(8)
+    assert obj == "multi:softprob"
+    p = np.array([[0.4378092798039275, -0.5673342692403718]])
+    parsed = from_xgboost(model)
+    assert np.array_equal(parsed.predict_proba(p), model.predict_proba(p))
+    maps = CounterfactualMaps.build(model)
+    assert maps.predict(p)[0] == parsed.predict(p)[0] == model.predict(p)[0]
+    # asked for the class x already has, the answer is x itself, as XGBoost decides it
+    res = maps.counterfactual(p[0], int(model.predict(p)[0]))
+    assert res.best.distance == 0.0
+
+
+def _edited_lightgbm(seed: int):
+    import re
+
+    import lightgbm as lgb
+
+    vals = [1e-17, -1e-17, 5.551115123125783e-17, 0.1, 0.2, -0.3, 0.3, -0.1, 1e-16, -1e-16,
+            0.0, 2.220446049250313e-16]
+    rng = np.random.default_rng(seed)
+    nc = int(rng.choice([2, 3, 4]))
+    X = rng.normal(size=(300, 2))
+    s = X[:, 0] + X[:, 1]
+    y = np.digitize(s + rng.normal(0, 0.5, 300), np.quantile(s, np.linspace(0, 1, nc + 1)[1:-1]))
+    kw = dict(n_estimators=int(rng.integers(2, 5)), num_leaves=4, min_child_samples=5,
+              verbose=-1, random_state=seed, n_jobs=1)
+    mode = str(rng.choice(["gbdt", "ova", "rf"]))
+    if mode == "ova" and nc > 2:
+        kw["objective"] = "multiclassova"
+    if mode == "rf":
+        kw.update(boosting_type="rf", bagging_freq=1, bagging_fraction=0.7)
+    if nc == 2 and rng.random() < 0.5:
+        kw["sigmoid"] = float(rng.choice([0.5, 3.0]))
+    m = lgb.LGBMClassifier(**kw).fit(X, y)
+    text = re.sub(r"leaf_value=([^\n]*)", lambda mt: "leaf_value=" + " ".join(
+        repr(float(v)) for v in rng.choice(vals, len(mt.group(1).split()))),
+        m.booster_.model_to_string())
+    text = re.sub(r"\ntree_sizes=[^\n]*", "", text)
+    m._Booster = lgb.Booster(model_str=text)  # LightGBM's own predict uses the edited trees
+    return m, mode
+
+
+@pytest.mark.parametrize(("seed", "point"), [(45, [0.08990692795487142, -0.7925331244379765]),
+                                             (51, [0.889546517361941, -0.08251656497240516])])
+def test_lightgbm_probabilities_use_the_c_library_exp(seed, point):
+    """LightGBM computes std::exp; numpy's vectorised exp can be an ulp off, which broke
+    these ties (multiclassova: class 3 against 0; random-forest mode: 1 against 2)."""
+    from maps_core.adapters.lightgbm_text import parse_lightgbm
+
+    model, _ = _edited_lightgbm(seed)
+    p = np.array([point])
+    parsed = parse_lightgbm(model.booster_.model_to_string())
+    assert np.array_equal(parsed.predict_proba(p), model.predict_proba(p))
+    maps = CounterfactualMaps.build(model)
+    assert maps.predict(p)[0] == parsed.predict(p)[0] == model.predict(p)[0]
