@@ -758,12 +758,21 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
                                 "1e301); use smaller weights", "weights")
     if -_EXACT_EXP <= e_top <= _EXACT_EXP:
         return opts, 0
+    positive = np.concatenate([w[free], opts.gcost[opts.gcost > 0]])
+    if e_top < 0 and positive.size and int(np.frexp(positive)[1].max()) - e_top > 1000:
+        # scaled up to a unit size, the weights themselves would pass float64's range
+        raise InvalidQueryError(
+            "the costs of these moves (weight x feature value, at most about "
+            f"{math.ldexp(1.0, e_top):.3g}) lie below float64's normal range, where "
+            "they cannot be added up exactly; rescale the features or raise their weights",
+            "weights")
     # A weight whose feature never moves (no span) may exceed float64 once scaled: kept
     # finite, so that it times a zero move stays zero
     big = np.finfo(np.float64).max
-    return replace(opts, weights=np.minimum(np.ldexp(w, -e_top), big),
-                   gcost=np.minimum(np.ldexp(opts.gcost, -e_top), big),
-                   scale=math.ldexp(opts.scale, -e_top)), e_top
+    with np.errstate(over="ignore"):
+        return replace(opts, weights=np.minimum(np.ldexp(w, -e_top), big),
+                       gcost=np.minimum(np.ldexp(opts.gcost, -e_top), big),
+                       scale=float(min(np.ldexp(opts.scale, -e_top), big))), e_top
 
 
 def _in_callers_units(out: SearchOutput, norm: int, e: int) -> SearchOutput:

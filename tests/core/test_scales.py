@@ -118,3 +118,18 @@ def test_bounds_that_force_a_far_move_are_measured(norm):
     assert res.feasible, res.reason
     assert res.best.distance == pytest.approx(1e270, rel=1e-9)
     assert tree.predict(res.best.x[None])[0] == 1
+
+
+def test_costs_below_float64s_normal_range_are_refused_by_name():
+    """A float64 model on features at 1e-310: every cost is subnormal, and scaling them up
+    to a unit size would push the weights past float64 (an OverflowError before)."""
+    X = np.array([[0.0], [1e-310], [2e-310], [3e-310]] * 10)
+    y = np.array([0, 0, 1, 1] * 10)
+    maps = CounterfactualMaps.build(HistGradientBoostingClassifier(max_iter=2, min_samples_leaf=2).fit(X, y))
+    for norm in ("l1", "l2", "linf", "l0"):
+        with pytest.raises(InvalidQueryError, match="below float64's normal range") as err:
+            maps.counterfactual(np.zeros(1), 1, norm=norm)
+        assert err.value.field == "weights"
+    # weights that bring the costs back into range answer
+    res = maps.counterfactual(np.zeros(1), 1, norm="l1", weights=[1e300])
+    assert res.feasible and res.best.distance > 0
