@@ -35,7 +35,7 @@ import numpy as np
 from ..ensemble import FlatEnsemble
 from ..exceptions import UnsupportedModelError
 from ..results import py_scalar
-from ..splits import FLOAT32_LE, FLOAT64_LE
+from ..splits import FLOAT32_LE, FLOAT32_MAX, FLOAT64_LE
 from ._trees import (
     MAX_UNFOLDED_NODES,
     TreeStack,
@@ -113,6 +113,11 @@ def tree_problem(tree: Any, n_features: Any) -> str | None:
         return "split feature out of range"
     if not (np.all(_usable_thresholds(thr[idx])) and np.all(np.isfinite(value))):
         return "a threshold of -inf or NaN, or a non-finite leaf value"
+    finite = thr[idx][np.isfinite(thr[idx])]
+    if np.any(np.abs(finite) > FLOAT32_MAX):
+        # float32(x) <= t compares a float32: no training data gives such a threshold, and
+        # the inputs that would reach past it are beyond float32, which the library refuses
+        return "a threshold beyond float32's range (the tree compares float32 inputs)"
     return None
 
 

@@ -134,6 +134,22 @@ def test_thresholds_of_minus_inf_or_nan_stay_refused(bad):
         flatten_model(model)
 
 
+@pytest.mark.parametrize("bad", [1e300, -1e300, 3.5e38, -3.5e38])
+def test_thresholds_beyond_float32_are_refused(bad):
+    """A float32 tree's thresholds lie within float32's range (no training data gives
+    another); crafted ones beyond it made empty cells, wrong labels and answers the library
+    itself refuses (found by a QA fuzz)."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    X, y = _nan_data()
+    model = DecisionTreeClassifier(max_depth=3, random_state=0).fit(np.nan_to_num(X), y)
+    model.tree_.threshold[0] = bad
+    with pytest.raises(UnsupportedModelError, match="beyond float32's range"):
+        flatten_model(model)
+    model.tree_.threshold[0] = float(np.finfo(np.float32).max)  # the edge itself is fine
+    flatten_model(model)
+
+
 def test_a_claimed_feature_count_beyond_the_limit_is_refused():
     from sklearn.tree import DecisionTreeClassifier
 
