@@ -671,11 +671,12 @@ _L2_SPREAD_EXP = 400
 
 @njit(cache=True, nogil=True)
 def _cost_range(w, mag, A, lower, upper, immutable, gcost, gcol):
-    """Least and largest cost bound ``w_f * 2 max(mag_f, |A_rf|, |lower_f|, |upper_f|)``
-    (finite constraint bounds only) over the mutable features with a positive weight and
-    span (``w_f`` for a nominal one), and the positive switching costs ``gcost`` (inf when
-    a product overflows, 0 when it underflows); (-1, -1) when there is none. Compiled: with
-    numpy calls the check took about 50 us in a query's path."""
+    """Least and largest cost bound ``w_f * 2 max(mag_f, |A_rf|)`` over the mutable
+    features with a positive weight and span (``w_f`` for a nominal one), where the finite
+    constraint bounds ``lower_f``, ``upper_f`` count too when some row lies outside them,
+    and the positive switching costs ``gcost`` (inf when a product overflows, 0 when it
+    underflows); (-1, -1) when there is none. Compiled: with numpy calls the check took
+    about 50 us in a query's path."""
     low = np.inf
     top = -1.0
     for f in range(w.shape[0]):
@@ -686,12 +687,15 @@ def _cost_range(w, mag, A, lower, upper, immutable, gcost, gcol):
             top = max(top, w[f])
             continue
         big = mag[f]
+        outside = False
         for r in range(A.shape[0]):
             big = max(big, abs(A[r, f]))
-        # bounds may force a move as far as themselves, past every cell bound and value
-        if np.isfinite(lower[f]):
+            outside = outside or A[r, f] < lower[f] or A[r, f] > upper[f]
+        # bounds that exclude x force a move as far as themselves, past every cell bound
+        # (bounds that hold x force none: the domain's own bounds, say, may be huge)
+        if outside and np.isfinite(lower[f]):
             big = max(big, abs(lower[f]))
-        if np.isfinite(upper[f]):
+        if outside and np.isfinite(upper[f]):
             big = max(big, abs(upper[f]))
         if big > 0:
             cost = w[f] * (2.0 * big)
@@ -712,8 +716,9 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     that a caller's distance is the kernels' times ``2**e`` (0: the options unchanged).
 
     A cost is ``w_f |p_f - x_f|``, at most ``w_f`` times twice the largest magnitude of
-    ``x_f``, of feature f's finite cell bounds and of its finite constraint bounds (a bound
-    at 1e200 forces a move that far), or a group's switching cost. With
+    ``x_f``, of feature f's finite cell bounds and, when they exclude ``x_f``, of its finite
+    constraint bounds (a bound at 1e200 forces a move that far), or a group's switching
+    cost. With
     weights or values far from 1 (1e200, 1e-170), l2's squares overflowed to inf (a
     counterfactual reported infeasible) or underflowed to 0 (a distance of 0, the wrong
     point). Scaling every cost by the same power of two changes no comparison and no
@@ -735,8 +740,10 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
             and (opts.norm_code != L2 or top / low <= 2.0 ** _L2_SPREAD_EXP)):
         return opts, 0  # the common case, in a few microseconds
     with np.errstate(over="ignore"):
-        bounds = np.maximum(np.where(np.isfinite(opts.lower), np.abs(opts.lower), 0.0),
-                            np.where(np.isfinite(opts.upper), np.abs(opts.upper), 0.0))
+        outside = np.any((A < opts.lower) | (A > opts.upper), axis=0)
+        bounds = np.where(outside, np.maximum(
+            np.where(np.isfinite(opts.lower), np.abs(opts.lower), 0.0),
+            np.where(np.isfinite(opts.upper), np.abs(opts.upper), 0.0)), 0.0)
         span = 2.0 * np.maximum(np.maximum(engine.grid.magnitudes, np.abs(A).max(axis=0)),
                                 bounds)
     free = ~opts.immutable & (w > 0) & (span > 0)
