@@ -358,12 +358,13 @@ def test_pseudo_costs_steer_the_cut():
                    k.roots.copy(), *ws, ALL_CHANGED)
     trange, top_n = ws[1], ws[2]
     x, w = X[0].copy(), np.ones(M)
+    gcol = np.full(M, -1, dtype=np.int64)  # no one-hot group, no nominal feature
     shared = np.zeros(coff[-1] + 1)
 
     def cut_of(pcost: np.ndarray, use: bool) -> int:
-        bt, bw = _split_cut(x, w, L1, coff, clow, cupp, k.nf, k.ncut, k.nv, lo, hi, act, T,
-                            k.roots.copy(), k.base.copy(), top_n, trange, trange, shared, pcost,
-                            use)
+        bt, bw = _split_cut(x, w, L1, gcol, coff, clow, cupp, k.nf, k.ncut, k.nv, lo, hi, act,
+                            T, k.roots.copy(), k.base.copy(), top_n, trange, trange, shared,
+                            pcost, use)
         assert bt >= 0 and bw > 0.0 and not shared.any()  # scratch handed back clean
         node = top_n[bt]
         return int(coff[k.nf[node]] + k.ncut[node])
