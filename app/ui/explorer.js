@@ -189,16 +189,17 @@ function buildForm() {
         o.textContent = v ? "1 (yes)" : "0 (no)";
         control.appendChild(o);
       }
-    } else if (f.type === "nominal" && f.upper - f.lower < MAX_CODE_OPTIONS) {
-      // category codes have no order: a list of them, not a number to step through
+    } else if (f.type === "nominal" && Math.floor(f.upper) - Math.ceil(f.lower) < MAX_CODE_OPTIONS) {
+      // category codes have no order: a list of them (the integers within the bounds, as
+      // the API's domain), not a number to step through
       control = document.createElement("select");
-      for (let v = f.lower; v <= f.upper; v++) {
+      for (let v = Math.ceil(f.lower); v <= Math.floor(f.upper); v++) {
         const o = document.createElement("option");
         o.value = String(v);
         o.textContent = String(v);
         control.appendChild(o);
       }
-      control.value = String(f.lower);
+      control.value = String(Math.ceil(f.lower));
     } else {
       control = document.createElement("input");
       control.type = "number";

@@ -128,6 +128,11 @@ def server(tmp_path_factory):
             break
         time.sleep(0.1)
     assert info["status"] == "ready", info
+    # one query first, untimed: on a cold numba cache it compiles the search kernels, which
+    # can take longer than the page's 30 s waits below
+    warm = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
+                      json={"instance": INSTANCE}, timeout=300)
+    assert warm.status_code == 200, warm.text
     yield base, mid, fitted
     srv.should_exit = True
     th.join(10)
