@@ -370,9 +370,11 @@ def parse_lightgbm(text: str) -> LightGBMModel:
 def _check_pandas_categorical(text: str) -> None:
     """Refuse numeric pandas categories that are not their own codes (the file's last line,
     ``pandas_categorical:``; see :func:`~maps_core.adapters._trees.check_category_values`)."""
-    line = next((ln for ln in text.splitlines() if ln.startswith("pandas_categorical:")), None)
-    if line is None:
+    # found from the end, where LightGBM writes it, rather than by splitting the whole file
+    at = text.rfind("\npandas_categorical:")
+    if at < 0:
         return
+    line = text[at + 1:].split("\n", 1)[0]
     try:
         columns = json.loads(line.partition(":")[2])
     except (ValueError, RecursionError):
