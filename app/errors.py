@@ -68,6 +68,11 @@ class UnsafeModelFileError(InvalidInputError):
     """The uploaded model file is of a kind the service refuses to load."""
 
 
+class UnsupportedModelFileError(InvalidInputError):
+    """The uploaded file holds a model the engine cannot serve (a regressor, a pipeline, a
+    model the adapters refuse): :class:`maps_core.UnsupportedModelError` with its field."""
+
+
 class NotFoundError(ApiError):
     """No such resource."""
 
@@ -101,6 +106,7 @@ class ForbiddenError(ApiError):
 ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     # service errors
     UnsafeModelFileError: (422, "unsafe_model_file"),
+    UnsupportedModelFileError: (422, "unsupported_model"),
     InvalidInputError: (422, "invalid_input"),
     ModelNotFoundError: (404, "model_not_found"),
     NotFoundError: (404, "not_found"),

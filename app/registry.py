@@ -53,7 +53,7 @@ from maps_core import (
     flatten_model,
     py_scalar,
 )
-from maps_core.exceptions import SchemaError
+from maps_core.exceptions import SchemaError, UnsupportedModelError
 
 from . import modelio
 from .errors import (
@@ -62,6 +62,7 @@ from .errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     PayloadTooLargeError,
+    UnsupportedModelFileError,
 )
 from .schemas import FeatureCodec, ModelSpec
 from .settings import Settings
@@ -498,7 +499,7 @@ class Registry:
 
         Raises
         ------
-        InvalidInputError, UnsafeModelFileError, PayloadTooLargeError, UnsupportedModelError
+        InvalidInputError, UnsafeModelFileError, PayloadTooLargeError, UnsupportedModelFileError
         """
         model_id = uuid.uuid4().hex
         tmp = self.root / f"{UPLOAD_PREFIX}{model_id}"
@@ -517,7 +518,10 @@ class Registry:
                 trust_pickle=self.settings.trust_pickle,
                 max_unpacked_bytes=self._max_unpacked(),
             )
-            ens = flatten_model(model)  # UnsupportedModelError -> 422 with the engine's words
+            try:
+                ens = flatten_model(model)
+            except UnsupportedModelError as exc:  # 422 with the engine's words, on the file
+                raise UnsupportedModelFileError(str(exc), "model") from exc
             schema = _schema_for(spec, ens.n_features, ens.feature_names)
             labels = [py_scalar(c) for c in model.classes_]
             if not all(isinstance(c, str | int | float | bool) for c in labels):
@@ -927,8 +931,9 @@ def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSc
     try:
         schema = FeatureSchema.from_dicts([f.model_dump() for f in spec.features])
         schema.domains()  # surfaces e.g. "no integer lies in its bounds" now, not mid-build
-    except SchemaError as exc:
-        raise InvalidInputError(str(exc), "spec.features") from exc
+    except SchemaError as exc:  # one feature's declaration, or the list as a whole
+        where = "spec.features" if exc.feature is None else f"spec.features.{exc.feature}"
+        raise InvalidInputError(str(exc), where) from exc
     return schema
 
 

@@ -16,7 +16,20 @@ class UnsupportedModelError(MapsError, TypeError):
 
 
 class SchemaError(MapsError, ValueError):
-    """A feature schema is malformed or does not match the model."""
+    """A feature schema is malformed or does not match the model.
+
+    Parameters
+    ----------
+    message : str
+        What is wrong, in plain words.
+    feature : int, optional
+        Position of the feature at fault, when one feature's declaration is (a caller
+        names it, e.g. ``spec.features.3``).
+    """
+
+    def __init__(self, message: str, feature: int | None = None) -> None:
+        super().__init__(message)
+        self.feature = feature
 
 
 class BudgetExceededError(MapsError):

@@ -177,14 +177,16 @@ class FeatureSchema:
         allowed = set(Feature.__dataclass_fields__)
         for i, item in enumerate(items):
             if not isinstance(item, Mapping):
-                raise SchemaError(f"features[{i}] must be an object")
+                raise SchemaError(f"features[{i}] must be an object", feature=i)
             unknown = set(item) - allowed
             if unknown:
-                raise SchemaError(f"features[{i}]: unknown keys {sorted(unknown)}")
+                raise SchemaError(f"features[{i}]: unknown keys {sorted(unknown)}", feature=i)
             try:
                 feats.append(Feature(**dict(item)))
+            except SchemaError as exc:
+                raise SchemaError(str(exc), feature=i) from None
             except TypeError as exc:
-                raise SchemaError(f"features[{i}]: {exc}") from exc
+                raise SchemaError(f"features[{i}]: {exc}", feature=i) from exc
         return cls(tuple(feats))
 
     def to_dicts(self) -> list[dict[str, Any]]:
@@ -261,7 +263,10 @@ class FeatureSchema:
         lo = np.empty(len(self), dtype=np.float64)
         hi = np.empty(len(self), dtype=np.float64)
         for i, f in enumerate(self.features):
-            lo[i], hi[i] = f.domain()
+            try:
+                lo[i], hi[i] = f.domain()
+            except SchemaError as exc:
+                raise SchemaError(str(exc), feature=i) from None
         return lo, hi
 
     def integral_mask(self) -> np.ndarray:

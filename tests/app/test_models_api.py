@@ -133,7 +133,7 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
         (
             '{"features": [{"name": "a", "lower": 3, "upper": 1}, {"name": "b"}, {"name": "c"}, '
             '{"name": "d"}, {"name": "e"}]}',
-            "spec.features",
+            "spec.features.0",
         ),
         (
             '{"features": [{"name": "a"}, {"name": "a"}, {"name": "c"}, '
@@ -143,17 +143,17 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
         (
             '{"features": [{"name": "a", "type": "categorical"}, {"name": "b"}, {"name": "c"}, '
             '{"name": "d"}, {"name": "e"}]}',
-            "spec.features",
+            "spec.features.0",
         ),
         (
             '{"features": [{"name": "a", "type": "integer", "lower": 0.2, "upper": 0.8}, '
             '{"name": "b"}, {"name": "c"}, {"name": "d"}, {"name": "e"}]}',
-            "spec.features",
+            "spec.features.0",
         ),
         (  # a nominal feature's codes need both ends
             '{"features": [{"name": "a", "type": "nominal", "lower": 0}, '
             '{"name": "b"}, {"name": "c"}, {"name": "d"}, {"name": "e"}]}',
-            "spec.features",
+            "spec.features.0",
         ),
     ],
 )
@@ -170,16 +170,18 @@ def test_unsupported_models_are_422_with_the_engines_message(service: Service, r
     r = upload(service.client, sio.dumps(reg))
     assert r.status_code == 422
     assert r.json()["error"] == "unsupported_model"
+    assert r.json()["field"] == "model"
     assert "RandomForestRegressor" in r.json()["message"]
 
     pipe = make_pipeline(StandardScaler(), rf.model)
     r = upload(service.client, sio.dumps(pipe))
     assert r.status_code == 422
     assert "Pipeline" in r.json()["message"]
+    assert r.json()["field"] == "model"
 
     r = upload(service.client, sio.dumps({"not": "a model"}))
     assert r.status_code == 422
-    assert r.json()["field"] is None or r.json()["field"] == "model"
+    assert r.json()["field"] == "model"
 
 
 def test_pickle_refused_unless_trusted(service_factory: Any, rf: Fitted) -> None:
