@@ -371,10 +371,10 @@ def _model(doc: Any) -> XGBoostModel:
         num_target = int(param.get("num_target", 1))
         model = booster["model"]
         tree_docs = model["trees"]
-        tree_info = [int(g) for g in model["tree_info"]]
+        tree_info = _integers(model["tree_info"]).tolist()
         per_round = int(model.get("gbtree_model_param", {}).get("num_parallel_tree", 1))
         indptr_doc = model.get("iteration_indptr")
-        indptr = None if indptr_doc is None else [int(i) for i in indptr_doc]
+        indptr = None if indptr_doc is None else _integers(indptr_doc).tolist()
         best_doc = attributes.get("best_iteration")
         best = None if best_doc is None else int(str(best_doc))  # as XGBoost's Python reads it
         leaf_sizes = [int(t.get("tree_param", {}).get("size_leaf_vector", 1)) for t in tree_docs]
@@ -469,18 +469,34 @@ def _trees_used(n_trees: int, indptr: list[int] | None, per_round: int, best: in
     return indptr[best + 1]
 
 
+def _integers(values: Any) -> np.ndarray:
+    """A list of JSON integers as int64, shape (n,).
+
+    ``np.asarray(..., dtype=np.int64)`` would truncate 2.5 to 2 and parse the string "2",
+    so a file XGBoost itself refuses would load as a different model.
+
+    Raises
+    ------
+    ValueError, OverflowError
+        When an element is no integer (a bool neither) or does not fit in int64.
+    """
+    if not isinstance(values, list) or not all(type(v) is int for v in values):
+        raise ValueError("not a list of integers")
+    return np.asarray(values, dtype=np.int64)
+
+
 def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: int) -> _Tree:
     where = f"tree {i}"
     try:
-        left = np.asarray(doc["left_children"], dtype=np.int64)
-        right = np.asarray(doc["right_children"], dtype=np.int64)
-        feature = np.asarray(doc["split_indices"], dtype=np.int64)
+        left = _integers(doc["left_children"])
+        right = _integers(doc["right_children"])
+        feature = _integers(doc["split_indices"])
         value = np.asarray(doc["split_conditions"], dtype=np.float64).astype(np.float32)
-        split_type = np.asarray(doc.get("split_type", []), dtype=np.int64)
-        cat_nodes = np.asarray(doc.get("categories_nodes", []), dtype=np.int64)
-        segments = np.asarray(doc.get("categories_segments", []), dtype=np.int64)
-        sizes = np.asarray(doc.get("categories_sizes", []), dtype=np.int64)
-        codes = np.asarray(doc.get("categories", []), dtype=np.int64)
+        split_type = _integers(doc.get("split_type", []))
+        cat_nodes = _integers(doc.get("categories_nodes", []))
+        segments = _integers(doc.get("categories_segments", []))
+        sizes = _integers(doc.get("categories_sizes", []))
+        codes = _integers(doc.get("categories", []))
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
         raise UnsupportedModelError(f"XGBoost model file: malformed {where}") from None
     categorical = np.flatnonzero(split_type != 0)

@@ -295,6 +295,27 @@ def test_integers_beyond_int64_are_malformed(tmp_path):
         parse_xgboost(json.dumps(doc).encode())
 
 
+@pytest.mark.parametrize("bad", [2.5, 2.0, "2", True])
+@pytest.mark.parametrize("key", ["categories", "left_children", "split_indices"])
+def test_integers_that_are_not_json_integers_are_malformed(key, bad, tmp_path):
+    """XGBoost's loader refuses a number, string or bool where it reads an integer; numpy
+    would truncate 2.5 to 2 and parse "2", loading a model XGBoost does not have."""
+    import json
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.integers(0, 6, 300), rng.normal(size=300)]).astype(float)
+    y = ((X[:, 0] % 2 == 0) ^ (X[:, 1] > 0)).astype(int)
+    xgb.XGBClassifier(n_estimators=2, max_depth=2, enable_categorical=True, feature_types=["c", "q"],
+                      max_cat_to_onehot=1, random_state=0).fit(X, y).save_model(tmp_path / "m.json")
+    doc = json.loads((tmp_path / "m.json").read_bytes())
+    i, tree = next((i, t) for i, t in enumerate(doc["learner"]["gradient_booster"]["model"]["trees"])
+                   if t["categories"])
+    parse_xgboost(json.dumps(doc).encode())  # as written: loads
+    tree[key][0] = bad
+    with pytest.raises(UnsupportedModelError, match=f"malformed tree {i}"):
+        parse_xgboost(json.dumps(doc).encode())
+
+
 def test_hostile_ubjson_and_nesting_are_refused_at_once():
     import struct
     import time
