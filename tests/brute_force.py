@@ -24,6 +24,8 @@ import numpy as np
 
 from tests.library_splits import f32_real_boundary, split_values
 
+F32_MAX = float(np.finfo(np.float32).max)
+
 
 def next32(v: np.ndarray | float) -> np.ndarray:
     """Smallest float32 above the float32 value ``v`` (as float64)."""
@@ -47,7 +49,18 @@ def feature_cells(values: np.ndarray, view: str, integral: bool = False,
     ``view`` (``"float32"`` or ``"float64"``, from :func:`split_values`), on the domain
     ``lo..hi`` (integers when ``integral``)."""
     c = values
+    if view == "float32" and c.size and c[-1] >= F32_MAX:
+        # a split whose last float32 sent left is the largest float32 sends every input
+        # the library accepts left (scikit-learn refuses any whose float32 overflows)
+        c = c[:-1]
     if integral:
+        if view == "float32":
+            # the last integer sent left: the largest at or below the real boundary that
+            # the left side owns (past 2**24 an integer may round to the float32 above)
+            b = f32_real_boundary(c)
+            with np.errstate(over="ignore"):
+                owned = b.astype(np.float32).astype(np.float64) == c
+            c = np.floor(b) - ((np.floor(b) == b) & ~owned)
         # x <= t is x <= floor(t) on integers: cells without an integer merge away
         c = np.unique(np.floor(c))
         c = c[(c >= lo) & (c < hi)]

@@ -73,6 +73,10 @@ def _xgboost_thresholds(model: Any, m: int) -> list[np.ndarray]:
     return [np.asarray(v, dtype=np.float64) for v in per]
 
 
+#: LightGBM's kZeroThreshold, 1e-35f, as a float64
+_ZERO_BAND = float(np.float32(1e-35))
+
+
 def _lightgbm_thresholds(model: Any, m: int) -> list[np.ndarray]:
     per: list[list[float]] = [[] for _ in range(m)]
 
@@ -90,7 +94,12 @@ def _lightgbm_thresholds(model: Any, m: int) -> list[np.ndarray]:
             per[f].extend(np.nextafter(np.arange(1.0, top + 2.0), -np.inf).tolist())
         else:
             assert node.get("decision_type", "<=") == "<=", node.get("decision_type")
-            per[f].append(float(node["threshold"]))
+            t = float(node["threshold"])
+            # LightGBM reads an input with |x| <= 1e-35 (as a float32) as 0.0: a
+            # threshold within that band changes sides on the real line at its edge
+            if -_ZERO_BAND <= t < _ZERO_BAND:
+                t = _ZERO_BAND if t >= 0 else float(np.nextafter(-_ZERO_BAND, -np.inf))
+            per[f].append(t)
         walk(node["left_child"])
         walk(node["right_child"])
 
@@ -155,7 +164,9 @@ def split_values(model: Any, m: int) -> tuple[list[np.ndarray], str]:
     elif library == "hist-gb":
         vals = _hist_gb_thresholds(model, m)
     else:
-        vals = [f32_floor(raw_thresholds(model, f)) for f in range(m)]
+        # a threshold of +inf (a split that sends only missing values right) sends every
+        # finite input left: no side changes on the real line
+        vals = [f32_floor(t[t < np.inf]) for t in (raw_thresholds(model, f) for f in range(m))]
     view = "float64" if _RULES[library] == "float64<=" else "float32"
     return [np.unique(v) for v in vals], view
 

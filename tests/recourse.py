@@ -343,6 +343,7 @@ def region_distance(bf: BruteForce, region: Any, x: np.ndarray, w: np.ndarray, n
     inside = (np.where(region.lower_closed, x >= lo, x > lo)
               & np.where(region.upper_closed, x <= hi, x < hi))
     delta = np.where(x < lo, lo - x, np.where(x > hi, x - hi, 0.0)) * w
+    delta = np.where(bf.nominal, np.where(inside, 0.0, w), delta)  # another code: the weight once
     plain = ~bf.in_group
     terms = list(delta[plain])
     n = int(np.sum(~inside[plain]))

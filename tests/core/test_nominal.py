@@ -16,7 +16,7 @@ from sklearn.ensemble import RandomForestClassifier
 from maps_core import CounterfactualMaps, FeatureSchema, InvalidQueryError, SchemaError
 from maps_core.adapters.lightgbm_text import parse_lightgbm
 from maps_core.schema import Feature
-from tests.recourse import BruteForce, Col, point_cost
+from tests.recourse import BruteForce, Col, point_cost, region_distance
 
 COLS = [Col("city", "nominal", 0, 7), Col("income", "continuous", -3.0, 3.0),
         Col("years", "integer", 0, 10), Col("plan", "nominal", 2, 6)]
@@ -89,6 +89,9 @@ def test_distances_equal_the_brute_force(model, norm, budget):
                 assert cf[j] == np.round(cf[j]) and COLS[j].lower <= cf[j] <= COLS[j].upper
             assert best.counterfactual_distance == pytest.approx(
                 point_cost(bf, x, cf, w, norm, None), rel=1e-9, abs=1e-12)
+            # the region's own distance: another code costs the weight once
+            assert region_distance(bf, best.region, x, w, norm, None) == pytest.approx(
+                best.distance, rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("norm", ["l1", "linf"])

@@ -118,3 +118,26 @@ def test_gradient_boosting_region_promise():
             assert model.predict(cf.x[None])[0] == cf.target
             if P.size:
                 assert np.all(model.predict(P) == cf.target)
+
+
+@pytest.mark.parametrize("norm", ("l1", "l2", "linf", "l0"))
+def test_integers_past_two_to_the_24_follow_float32_rounding(norm):
+    """Past 2**24 float32 cannot hold every integer: ``float32(x) <= t`` sends an integer
+    left or right as it rounds (ties to even), so the last integer sent left may lie
+    above the last float32 sent left. Distances equal the brute force, whose integer
+    cells come from the real boundaries, and every answer is an integer the model gives
+    the target."""
+    from tests.recourse import BruteForce, Col, check_result, schema_of
+
+    base = 2**25
+    rng = np.random.default_rng(0)
+    X = rng.integers(base - 40, base + 40, size=(600, 2)).astype(np.float64)
+    y = (((X[:, 0] - base) // 6 + (X[:, 1] - base) // 10) % 2).astype(int)
+    model = RandomForestClassifier(n_estimators=6, max_depth=4, random_state=0).fit(X, y)
+    assert np.unique(model.predict(X)).size == 2
+    cols = [Col("a", "integer", base - 40, base + 40), Col("b", "integer", base - 40, base + 40)]
+    maps = CounterfactualMaps.build(model, schema=schema_of(cols))
+    bf = BruteForce(model, cols)
+    w = np.array([1.0, 0.5])
+    for x in X[:25]:
+        check_result(maps, bf, x, None, {}, w, norm, rng)
