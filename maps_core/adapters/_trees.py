@@ -16,6 +16,7 @@ cfmaps can build maps for comes near these limits:
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -330,6 +331,11 @@ def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndar
         if parent >= 0:
             (out_r if side else out_l)[parent] = child
 
+    # Python floats and bools, read once per node: the copies of a subtree below every run
+    # of a categorical split visit its nodes many times (a LightGBM model with 4,000 codes
+    # and 256-code sets: 1.1M nodes), and numpy scalars cost several times more there
+    cut_lists = [np.asarray(c, dtype=np.float64).tolist() for c in cuts]
+    side_lists = [np.asarray(s, dtype=bool).tolist() for s in sides]
     Box = dict[int, tuple[float, float]]
     # tasks: ("node", child id, box, parent, side) and ("runs", f, runs, box, parent, side),
     # a run being (lo, hi, child id): the inputs between lo and hi (the box's intervals, in
@@ -344,11 +350,13 @@ def unfold_tree(feature: np.ndarray, cuts: list[np.ndarray], sides: list[np.ndar
                 continue
             f = int(feature[nd])
             lo, hi = box.get(f, (-np.inf, np.inf))
-            c, s = cuts[nd], sides[nd]
+            c, s = cut_lists[nd], side_lists[nd]
             runs: list[tuple[float, float, int]] = []
-            for j in range(c.size + 1):
+            # only the intervals that meet the box (lo, hi): from the first whose upper
+            # cut lies above lo to the last whose lower cut lies below hi
+            for j in range(bisect_right(c, lo), bisect_left(c, hi) + 1):
                 a = c[j - 1] if j else -np.inf
-                b = c[j] if j < c.size else np.inf
+                b = c[j] if j < len(c) else np.inf
                 a, b = max(a, lo), min(b, hi)
                 if a >= b:
                     continue  # no input of the box lies in this interval
