@@ -53,8 +53,11 @@ _SEGMENT_STEPS = 32
 _POLISHED = 8
 _STARTS = 6
 # Tree leaves all the guesses of one query may reach (a label reaches one per tree, an
-# axis scored by _line_scores one per leaf it meets): only a backstop, the search always
-# gives the guesses a deadline (lazy.GUESS_SECONDS), which ends them first.
+# axis scored by _line_scores one per leaf it meets). It ends the guesses of a stopped
+# search (with_polished), unless the caller's time limit comes first: about 10 ms on
+# Credit RF 100x5 here, where most such guesses used all of it. A work cap rather than a
+# clock, so that the answer does not depend on the machine's load (a test comparing the
+# batch and single-row answers failed on a busy machine when a 10 ms clock ended them).
 _WORK = 1_000_000
 # Budget checks between two clock readings (a reading costs about 1 us, an axis scored
 # 5-15 us on Credit's forests).
