@@ -16,7 +16,9 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   then uses only boosting rounds ``0..best_iteration``, so only their trees are read. A
   round is the trees between two entries of ``gradient_booster.model.iteration_indptr``
   (files of XGBoost < 2 have none: a round is then ``n_groups * num_parallel_tree``
-  trees); ``best_iteration = -1`` means every round, as in XGBoost;
+  trees); ``best_iteration = -1`` means every round, as in XGBoost. An ``xgboost.Booster``
+  object is read with every round, as its own ``predict`` uses them
+  (:func:`from_xgboost`);
 * every tree's ``split_conditions`` hold the float32 thresholds of its internal nodes and
   the leaf values of its leaves (``left_children == -1``); a split sends ``x`` left iff
   ``float32(x) < threshold`` (split rule ``float32<``); ``default_left`` routes missing
@@ -322,8 +324,17 @@ def _logit32(p: np.float32) -> np.float32:
     return np.float32(-math.log(float(q)))
 
 
-def parse_xgboost(data: bytes) -> XGBoostModel:
+def parse_xgboost(data: bytes, *, every_round: bool = False) -> XGBoostModel:
     """Parse an XGBoost model file (JSON or UBJSON, as ``save_model`` writes).
+
+    Parameters
+    ----------
+    data : bytes
+        The file's content.
+    every_round : bool
+        Read the trees of every boosting round even when early stopping stored
+        ``best_iteration``: ``Booster.predict`` uses them all unless told otherwise, while
+        ``XGBClassifier.predict`` (the default, and what a file stands for) stops there.
 
     Raises
     ------
@@ -338,14 +349,14 @@ def parse_xgboost(data: bytes) -> XGBoostModel:
     except RecursionError:  # arrays nested thousands deep: no model file is
         raise UnsupportedModelError("XGBoost model file: nested too deeply") from None
     try:
-        return _model(doc)
+        return _model(doc, every_round)
     except (OverflowError, RecursionError) as exc:
         # an integer beyond int64 where the file should hold an index, or a number beyond
         # float64: a malformed file like any other (never an unhandled error)
         raise UnsupportedModelError(f"XGBoost model file: a number out of range ({exc})") from None
 
 
-def _model(doc: Any) -> XGBoostModel:
+def _model(doc: Any, every_round: bool = False) -> XGBoostModel:
     """The model a decoded XGBoost file describes (see :func:`parse_xgboost`)."""
     try:
         learner = doc["learner"]
@@ -394,7 +405,8 @@ def _model(doc: Any) -> XGBoostModel:
         raise UnsupportedModelError("XGBoost model file: inconsistent classes or tree_info")
     # before the base scores, feature names and schema are built for what the file claims
     check_size("XGBoost model file", n_features=n_features, n_classes=n_classes)
-    n_used = _trees_used(len(tree_docs), indptr, n_groups * per_round, best)
+    n_used = _trees_used(len(tree_docs), indptr, n_groups * per_round,
+                         None if every_round else best)
     tree_docs, tree_info = tree_docs[:n_used], tree_info[:n_used]
     base = _base_score(param.get("base_score", "0.5"))
     if base.size == 1:
@@ -593,7 +605,10 @@ def from_xgboost(model: Any) -> XGBoostModel:
     An ``xgboost.Booster`` or a fitted scikit-learn wrapper (``XGBClassifier``,
     ``XGBRFClassifier``) writes the file ``save_model`` would (``save_raw("json")``, with
     the best iteration that early stopping stored); xgboost itself is never imported. A
-    wrapper's ``classes_`` become the labels.
+    wrapper's ``classes_`` become the labels. Each object is read as its own ``predict``
+    decides: a wrapper's with the trees up to that best iteration, a ``Booster``'s with
+    every tree (its ``predict`` ignores ``best_iteration`` unless given an
+    ``iteration_range``).
 
     Raises
     ------
@@ -615,7 +630,7 @@ def from_xgboost(model: Any) -> XGBoostModel:
                 f"the {kind} treats {missing!r} as missing (its missing parameter), which "
                 "cfmaps cannot represent: train with the default missing=nan")
     return parse_dump(model, booster, wrapper, "save_raw", ("json",),
-                      lambda raw: parse_xgboost(bytes(raw)), "XGBoost",
+                      lambda raw: parse_xgboost(bytes(raw), every_round=not wrapper), "XGBoost",
                       "a fitted XGBClassifier or an xgboost.Booster")
 
 

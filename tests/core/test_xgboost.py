@@ -231,6 +231,37 @@ def test_early_stopping_uses_the_best_iteration(ext, n_classes, parallel, tmp_pa
     assert np.array_equal(model.margins(P[:2000]), margin)
 
 
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_a_booster_after_early_stopping_is_read_with_every_tree(n_classes):
+    """``xgb.train`` with early stopping returns a Booster whose ``predict`` uses every
+    tree (unless given an iteration_range), though it stores best_iteration: the maps
+    follow that object's own predict, while its wrapper's stop at the best round."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3))
+    y = (X[:, 0] + 0.8 * rng.normal(size=600) > 0).astype(int)
+    if n_classes == 3:
+        y = y + (X[:, 1] + 0.5 * rng.normal(size=600) > 0.5)
+    params = {"objective": "binary:logistic", "max_depth": 3, "eta": 0.8, "seed": 0}
+    if n_classes == 3:
+        params.update(objective="multi:softprob", num_class=3)
+    bst = xgb.train(params, xgb.DMatrix(X[:300], y[:300]), 200, verbose_eval=False,
+                    evals=[(xgb.DMatrix(X[300:], y[300:]), "va")], early_stopping_rounds=3)
+    assert bst.best_iteration + 1 < bst.num_boosted_rounds()  # rounds past the best
+    P = rng.normal(scale=1.5, size=(20_000, 3))
+    proba = bst.predict(xgb.DMatrix(P))
+    own = (proba > 0.5).astype(int) if n_classes == 2 else np.argmax(proba, axis=1)
+    best = bst.predict(xgb.DMatrix(P), iteration_range=(0, bst.best_iteration + 1))
+    best = (best > 0.5).astype(int) if n_classes == 2 else np.argmax(best, axis=1)
+    assert np.any(own != best)  # the case under test: the two readings differ somewhere
+    maps = CounterfactualMaps.build(bst)
+    assert np.array_equal(np.asarray(maps.predict(P)).astype(int), own)
+    for x in P[:5]:
+        res = maps.counterfactual(x)
+        p = bst.predict(xgb.DMatrix(res.best.x[None]))
+        got = int(p[0] > 0.5) if n_classes == 2 else int(np.argmax(p[0]))
+        assert got == res.best.target != res.prediction
+
+
 def test_best_iteration_edge_values(tmp_path):
     """-1 is every round (XGBoost's iteration_range (0, 0)); a round the file does not have
     is refused (XGBoost's predict fails on it); files without iteration_indptr (XGBoost < 2)
