@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from .ensemble import FlatEnsemble
-from .exceptions import InvalidQueryError
+from .exceptions import InvalidQueryError, SchemaError
 from .schema import FeatureSchema
 from .splits import (
     FLOAT32_MAX,
@@ -175,6 +175,14 @@ class Grid:
         integral = schema.integral_mask()
         feat = ens.node_feature
         view32, _ = rule_flags(ens.split_rule)
+        if view32:
+            beyond = np.flatnonzero((dom_lo >= FLOAT32_OVERFLOW) | (dom_hi <= -FLOAT32_OVERFLOW))
+            if beyond.size:  # every value there reads as an infinity in float32
+                j = int(beyond[0])
+                raise SchemaError(
+                    f"feature {schema.features[j].name!r}: its bounds admit no value the model "
+                    f"can read (it reads features as float32, whose range ends at "
+                    f"+-{FLOAT32_MAX:.8g})", feature=j)
         node_cut = np.zeros(ens.n_nodes, dtype=np.int32)
         thr_parts, cl, cu, clc, cuc = [], [], [], [], []
         raw = 0

@@ -220,7 +220,7 @@ class CounterfactualMaps:
             raise InvalidQueryError("inputs must be real numbers, not complex", "instance")
         try:
             A = np.asarray(X, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidQueryError(f"inputs must be numeric: {exc}", "instance") from exc
         if A.ndim == 1:
             A = A[None, :]
@@ -260,6 +260,9 @@ class CounterfactualMaps:
             With field ``target``, when no class matches.
         """
         t = target.item() if isinstance(target, np.generic) else target
+        if not isinstance(t, str | int | float | bool):  # an array, a list, None...: no label
+            raise InvalidQueryError(
+                f"target must be a class label (a string or a number), got {target!r}", "target")
         for i, c in enumerate(self.classes):
             c = c.item() if isinstance(c, np.generic) else c
             if isinstance(c, bool) != isinstance(t, bool):

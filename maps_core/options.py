@@ -22,6 +22,7 @@ from ._norms import NORM_NAMES, NORMS
 from .distance import NOMINAL
 from .engine import SearchEngine
 from .exceptions import InvalidQueryError
+from .splits import FLOAT32_MAX, FLOAT32_OVERFLOW
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,7 +133,7 @@ def make_options(
     group_costs: Mapping[str, float] | None = None,
 ) -> QueryOptions:
     """Validate query options against the maps' schema (defaults from the schema)."""
-    if norm not in NORMS:
+    if not isinstance(norm, str) or norm not in NORMS:
         raise InvalidQueryError(f"norm must be one of {sorted(NORMS)}, got {norm!r}", "norm")
     if not isinstance(k, int | np.integer) or isinstance(k, bool) or not 1 <= k <= 1000:
         raise InvalidQueryError("k must be an integer between 1 and 1000", "k")
@@ -171,7 +172,7 @@ def make_options(
     if direction is not None:
         dirs = base.direction.copy()
         for j, v in _by_feature(names, direction, "direction").items():
-            if v not in _DIRECTIONS:
+            if not isinstance(v, str) or v not in _DIRECTIONS:
                 raise InvalidQueryError(
                     f"direction of {names[j]!r} must be any, increase or decrease",
                     f"direction.{names[j]}",
@@ -192,13 +193,21 @@ def make_options(
                 lo_v, hi_v = v
                 lo_f = -np.inf if lo_v is None else float(lo_v)
                 hi_f = np.inf if hi_v is None else float(hi_v)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise InvalidQueryError(
-                    f"bounds of {name!r} must be [lower, upper] (numbers or null)", f"bounds.{name}"
+                    f"bounds of {name!r} must be [lower, upper] (numbers or null, within "
+                    "float64's range)", f"bounds.{name}"
                 ) from exc
             if math.isnan(lo_f) or math.isnan(hi_f) or lo_f > hi_f:
                 raise InvalidQueryError(
                     f"bounds of {name!r} must satisfy lower <= upper", f"bounds.{name}"
+                )
+            if engine.grid.view32 and (lo_f >= FLOAT32_OVERFLOW or hi_f <= -FLOAT32_OVERFLOW):
+                # every such value reads as an infinity in float32, which the maps refuse
+                # as input (the model's library refuses it, or reads it as no number)
+                raise InvalidQueryError(
+                    f"bounds of {name!r} admit no value the model can read: it reads features "
+                    f"as float32, whose range ends at +-{FLOAT32_MAX:.8g}", f"bounds.{name}"
                 )
             lower[j] = max(lower[j], lo_f)
             upper[j] = min(upper[j], hi_f)
@@ -217,7 +226,7 @@ def make_options(
             g = base.group_names.index(gname)
             try:
                 gcost[g] = float(v)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, OverflowError) as exc:
                 raise InvalidQueryError(
                     f"cost of group {gname!r} must be a number", f"group_costs.{gname}"
                 ) from exc
@@ -238,7 +247,10 @@ def _number(v: Any, what: str, field: str) -> float:
     like a bool). numpy's real scalars are :class:`numbers.Real` too."""
     if isinstance(v, bool) or not isinstance(v, Real):
         raise InvalidQueryError(f"{what} must be a number, got {v!r}", field)
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an integer past float64's range
+        raise InvalidQueryError(f"{what} is beyond float64's range", field) from None
 
 
 def _number_array(v: Any, field: str) -> np.ndarray:
@@ -251,7 +263,10 @@ def _number_array(v: Any, field: str) -> np.ndarray:
         ok = False
     if not ok:
         raise InvalidQueryError(f"{field} must be a list of numbers", field)
-    return a.astype(np.float64)
+    try:
+        return a.astype(np.float64)
+    except OverflowError:  # an integer past float64's range
+        raise InvalidQueryError(f"{field}: a number beyond float64's range", field) from None
 
 
 def _check_weights(w: np.ndarray) -> None:

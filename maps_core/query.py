@@ -579,7 +579,11 @@ class SearchBudget:
             bytes and the threads) or an ``on_budget`` other than ``"error"`` and ``"best"``.
         """
         boxes = int(_positive(max_boxes, "max_boxes", MAX_MIXED_POPS, "integer"))
-        seconds = float(_positive(max_seconds, "max_seconds", math.inf, "number"))
+        seconds = _positive(max_seconds, "max_seconds", math.inf, "number")
+        try:
+            seconds = float(seconds)
+        except OverflowError:  # an integer past float64's range: no limit, in effect
+            seconds = math.inf
         memory = int(_positive(max_memory, "max_memory", default_query_memory(),
                                "integer (bytes)"))
         n_threads = int(_positive(threads, "threads", default_threads(), "integer"))

@@ -28,6 +28,15 @@ FEATURE_TYPES = ("continuous", "integer", "binary", "categorical", "nominal")
 DIRECTIONS = ("any", "increase", "decrease")
 
 
+def _real(v: int | float) -> float:
+    """``v`` as a float64; an integer past its range is infinite (and so refused where a
+    finite number is due) rather than an ``OverflowError``."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
+
+
 @dataclass(frozen=True)
 class Feature:
     """One input column.
@@ -79,13 +88,17 @@ class Feature:
             )
         for side in ("lower", "upper"):
             v = getattr(self, side)
-            if v is not None and (not isinstance(v, int | float) or math.isnan(v)):
+            if v is not None and (not isinstance(v, int | float) or math.isnan(_real(v))):
                 raise SchemaError(f"feature {self.name!r}: {side} must be a number or null")
         if self.lower is not None and self.upper is not None and self.lower > self.upper:
             raise SchemaError(f"feature {self.name!r}: lower {self.lower} > upper {self.upper}")
+        if (self.lower is not None and _real(self.lower) == math.inf) or (
+                self.upper is not None and _real(self.upper) == -math.inf):
+            raise SchemaError(f"feature {self.name!r}: no number lies in its bounds "
+                              f"[{self.lower}, {self.upper}]")
         if self.weight is not None and (
             not isinstance(self.weight, int | float)
-            or not math.isfinite(self.weight)
+            or not math.isfinite(_real(self.weight))
             or self.weight < 0
         ):
             raise SchemaError(f"feature {self.name!r}: weight must be a finite number >= 0")
@@ -97,7 +110,7 @@ class Feature:
                               f"a group; a {self.type} feature cannot be in {self.group!r}")
         if self.type == "nominal":
             if self.lower is None or self.upper is None or not (
-                    math.isfinite(self.lower) and math.isfinite(self.upper)):
+                    math.isfinite(_real(self.lower)) and math.isfinite(_real(self.upper))):
                 raise SchemaError(f"feature {self.name!r}: a nominal feature needs finite "
                                   "lower and upper bounds (its first and last code)")
             if self.direction != "any":
@@ -116,8 +129,8 @@ class Feature:
 
     def domain(self) -> tuple[float, float]:
         """Legal closed range ``(lower, upper)`` with infinities, integers rounded inward."""
-        lo = -math.inf if self.lower is None else float(self.lower)
-        hi = math.inf if self.upper is None else float(self.upper)
+        lo = -math.inf if self.lower is None else _real(self.lower)
+        hi = math.inf if self.upper is None else _real(self.upper)
         if self.type in ("binary", "categorical"):
             lo, hi = max(lo, 0.0), min(hi, 1.0)
         if self.is_integral:

@@ -116,6 +116,17 @@ def test_k_best_are_distinct_and_sorted(suite):
         ({"weights": {"x1": True}}, "weights.x1"),
         ({"weights": [1.0, "a", 1.0, 1.0]}, "weights"),
         ({"weights": [[1.0], [1.0], [1.0], [1.0]]}, "weights"),
+        # past float64's range, unhashable, or no label at all: named, never a bare error
+        ({"weights": [1.0, 10**400, 1.0, 1.0]}, "weights"),
+        ({"weights": {"x1": 10**400}}, "weights.x1"),
+        ({"bounds": {"x2": [10**400, None]}}, "bounds.x2"),
+        ({"norm": ["l1"]}, "norm"),
+        ({"direction": {"x1": ["increase"]}}, "direction.x1"),
+        ({"target": np.array([0, 1])}, "target"),
+        ({"target": [0]}, "target"),
+        # bounds wholly past float32's range: no value these scikit-learn models read
+        ({"bounds": {"x2": [3.5e38, None]}}, "bounds.x2"),
+        ({"bounds": {"x0": [None, -1e39]}}, "bounds.x0"),
     ],
 )
 def test_bad_options_name_the_field(suite, kwargs, field):
@@ -132,13 +143,34 @@ def test_bad_options_name_the_field(suite, kwargs, field):
     [([np.nan, 0, 0, 0], "x0"), ([0, np.inf, 0, 0], "x1"), ([0, 0, 0], "instance"),
      (["a", 0, 0, 0], "instance"), (np.array([1j, 0, 0, 0]), "instance"),
      # beyond the float32 range these scikit-learn models read (their predict refuses it)
-     ([0, 0, -3.5e38, 0], "x2"), ([0, 2.0**128 - 2.0**103, 0, 0], "x1")],
+     ([0, 0, -3.5e38, 0], "x2"), ([0, 2.0**128 - 2.0**103, 0, 0], "x1"),
+     ([0, 10**400, 0, 0], "instance")],
 )
 def test_bad_inputs_are_refused(suite, x, field):
     _, _, maps = suite
     with pytest.raises(InvalidQueryError) as err:
         maps.counterfactual(x)
     assert err.value.field == field
+
+
+def test_bounds_reaching_float32s_largest_value_are_answered_validly(suite):
+    """A bound that ends within float32's range (or straddles its end) leaves values the
+    model reads: the answer is one of them, and scikit-learn itself predicts the target."""
+    model, X, maps = suite
+    answered = 0
+    for x, bounds in itertools.product(X[:4], ({"x1": [3.4e38, None]}, {"x1": [3.0e38, 1e39]},
+                                               {"x1": [-1e39, -3.0e38]})):
+        res = maps.counterfactual(x, bounds=bounds)
+        if res.feasible:
+            answered += 1
+            assert abs(res.best.x[1]) <= np.finfo(np.float32).max
+            assert model.predict(res.best.x[None])[0] == res.best.target
+    assert answered  # the other class lies out there for some of these rows
+
+
+def test_a_huge_max_seconds_is_no_limit(suite):
+    _, X, maps = suite
+    assert maps.counterfactual(X[0], max_seconds=10**400).feasible
 
 
 def test_the_largest_float32_input_is_answered_validly(suite):
