@@ -417,7 +417,10 @@ def _model(doc: Any, every_round: bool = False) -> XGBoostModel:
         raise UnsupportedModelError(f"XGBoost model file: a non-finite base_score {base.tolist()}")
     if binary:
         if not 0.0 < float(base[0]) < 1.0:
-            raise UnsupportedModelError(f"XGBoost model file: base_score {base[0]} is no probability")
+            raise UnsupportedModelError(
+                f"XGBoost model file: base_score {base[0]} is no probability (XGBoost writes "
+                "0 or 1 for a classifier fitted on a single class, which has no other class "
+                "to explain)")
         base = np.array([_logit32(base[0])], dtype=np.float32)
     _check_stored_categories(model.get("cats"))
     names = learner.get("feature_names") or None

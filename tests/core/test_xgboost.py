@@ -170,6 +170,10 @@ def test_refusals_name_the_problem(tmp_path):
     reg.save_model(tmp_path / "reg.json")
     with pytest.raises(UnsupportedModelError, match="objective 'reg:squarederror'"):
         parse_xgboost((tmp_path / "reg.json").read_bytes())
+    one = xgb.XGBClassifier(n_estimators=2).fit(X, np.zeros(len(X), dtype=int))
+    one.save_model(tmp_path / "one.json")
+    with pytest.raises(UnsupportedModelError, match="fitted on a single class"):
+        parse_xgboost((tmp_path / "one.json").read_bytes())
     dart = xgb.XGBClassifier(booster="dart", n_estimators=2).fit(X, y)
     dart.save_model(tmp_path / "dart.json")
     with pytest.raises(UnsupportedModelError, match="dart"):
