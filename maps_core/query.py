@@ -671,6 +671,11 @@ _EXACT_EXP = 200
 #: scaled feature must still square to a normal float, so the features' scales may differ
 #: by at most 2**_L2_SPREAD_EXP.
 _L2_SPREAD_EXP = 400
+#: l0 folds its tie-break, the weighted l1, into the key as ``changes + l1 / (1 + l1)``
+#: (:func:`maps_core._norms.key`), which tells l1 values apart only near unit size: past
+#: about 1e16 they all round to the same key, and below about 1e-16 they vanish next to
+#: the count. So l0's costs are scaled to a largest cost within 2**+-_L0_EXP.
+_L0_EXP = 8
 
 
 @njit(cache=True, nogil=True)
@@ -725,7 +730,9 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     cost. With
     weights or values far from 1 (1e200, 1e-170), l2's squares overflowed to inf (a
     counterfactual reported infeasible) or underflowed to 0 (a distance of 0, the wrong
-    point). Scaling every cost by the same power of two changes no comparison and no
+    point). l0's tie-break, the weighted l1, is folded into its key and told apart only
+    near unit size: its costs are scaled to a largest cost within ``2**+-_L0_EXP``.
+    Scaling every cost by the same power of two changes no comparison and no
     rounding, so answers stay those of the caller's weights.
 
     Raises
@@ -740,8 +747,10 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
                            opts.gcost, opts.gcol)
     if top == -1.0:
         return opts, 0  # nothing costs anything
+    l0 = opts.norm_code == L0
     if (2.0 ** -_EXACT_EXP <= low and top <= 2.0 ** _EXACT_EXP
-            and (opts.norm_code != L2 or top / low <= 2.0 ** _L2_SPREAD_EXP)):
+            and (opts.norm_code != L2 or top / low <= 2.0 ** _L2_SPREAD_EXP)
+            and (not l0 or 2.0 ** -_L0_EXP <= top <= 2.0 ** _L0_EXP)):
         return opts, 0  # the common case, in a few microseconds
     with np.errstate(over="ignore"):
         outside = np.any((A < opts.lower) | (A > opts.upper), axis=0)
@@ -767,7 +776,7 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     if e_top > 1000:
         raise InvalidQueryError("weights x feature values exceed float64's range (about "
                                 "1e301); use smaller weights", "weights")
-    if -_EXACT_EXP <= e_top <= _EXACT_EXP:
+    if -_EXACT_EXP <= e_top <= _EXACT_EXP and not (l0 and abs(e_top) > _L0_EXP):
         return opts, 0
     positive = np.concatenate([w[free], opts.gcost[opts.gcost > 0]])
     if e_top < 0 and positive.size and int(np.frexp(positive)[1].max()) - e_top > 1000:

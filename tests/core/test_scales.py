@@ -133,3 +133,23 @@ def test_costs_below_float64s_normal_range_are_refused_by_name():
     # weights that bring the costs back into range answer
     res = maps.counterfactual(np.zeros(1), 1, norm="l1", weights=[1e300])
     assert res.feasible and res.best.distance > 0
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-12, 1.0, 1e8, 1e15, 1e17, 1e40])
+def test_l0_breaks_ties_by_weighted_l1_at_any_scale(scale):
+    """l0: among the answers with the fewest changes, the least weighted l1 wins. The tie
+    is folded into the key as changes + l1 / (1 + l1); with weights of 1e17 every l1
+    rounded to the same key and a 10x costlier one-change answer came back."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(600, 2))
+    y = ((X[:, 0] > 1.0) | (X[:, 1] > 0.1)).astype(int)  # one move along either axis
+    maps = CounterfactualMaps.build(DecisionTreeClassifier(max_depth=3, random_state=0).fit(X, y))
+    x = np.array([0.0, 0.0])
+    for base in ([1.0, 100.0], [10.0, 1.0]):
+        w = np.array(base) * scale
+        l1 = maps.counterfactual(x, 1, norm="l1", weights=w).best
+        l0 = maps.counterfactual(x, 1, norm="l0", weights=w).best
+        assert l0.distance == 1.0
+        assert np.sum(w * np.abs(l0.x - x)) == pytest.approx(l1.distance, rel=1e-9)
