@@ -344,7 +344,9 @@ def parse_xgboost(data: bytes, *, every_round: bool = False) -> XGBoostModel:
     """
     try:
         doc = json.loads(data) if is_json(data) else _ubjson(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:
+        # json's own errors, and Python's limit on an integer's digits (4,300): a plain
+        # ValueError that no model file triggers
         raise UnsupportedModelError(f"XGBoost JSON model file is truncated or malformed: {exc}") from None
     except RecursionError:  # arrays nested thousands deep: no model file is
         raise UnsupportedModelError("XGBoost model file: nested too deeply") from None

@@ -324,6 +324,9 @@ def test_integers_beyond_int64_are_malformed(tmp_path):
     doc["learner"]["gradient_booster"]["model"]["trees"][0]["split_conditions"][0] = 10**400
     with pytest.raises(UnsupportedModelError, match="malformed tree 0"):
         parse_xgboost(json.dumps(doc).encode())
+    # past Python's limit on an integer's digits (4,300), json.loads raises a ValueError
+    with pytest.raises(UnsupportedModelError, match="truncated or malformed"):
+        parse_xgboost(b'{"learner": {"x": ' + b"9" * 5000 + b"}}")
     doc = _doc(tmp_path)
     doc["learner"]["learner_model_param"]["num_feature"] = 1e400  # Infinity in the file
     with pytest.raises(UnsupportedModelError, match="out of range"):
