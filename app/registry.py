@@ -931,6 +931,7 @@ def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSc
     try:
         schema = FeatureSchema.from_dicts([f.model_dump() for f in spec.features])
         schema.domains()  # surfaces e.g. "no integer lies in its bounds" now, not mid-build
+        schema.default_weights()  # and a range too narrow or wide to weigh by 1/range
     except SchemaError as exc:  # one feature's declaration, or the list as a whole
         where = "spec.features" if exc.feature is None else f"spec.features.{exc.feature}"
         raise InvalidInputError(str(exc), where) from exc

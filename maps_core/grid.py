@@ -172,6 +172,7 @@ class Grid:
     def from_ensemble(cls, ens: FlatEnsemble, schema: FeatureSchema) -> Grid:
         m = ens.n_features
         dom_lo, dom_hi = schema.domains()
+        schema.default_weights()  # a range 1/range cannot weigh: refused at build, not per query
         integral = schema.integral_mask()
         feat = ens.node_feature
         view32, _ = rule_flags(ens.split_rule)

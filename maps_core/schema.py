@@ -16,6 +16,7 @@ The schema plays two roles.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -149,7 +150,14 @@ class Feature:
             return 1.0  # a switch, as a one-hot group's default cost
         lo, hi = self.domain()
         if math.isfinite(lo) and math.isfinite(hi) and hi > lo:
-            return 1.0 / (hi - lo)
+            w = 1.0 / (0.5 * hi - 0.5 * lo) * 0.5  # halves first: hi - lo may overflow
+            if not sys.float_info.min <= w < math.inf:
+                # 1e-320 wide, or 2e308: the weight would be inf or lose its precision
+                # (a subnormal), and every query would be refused or measured wrong
+                raise SchemaError(
+                    f"feature {self.name!r}: its range [{lo}, {hi}] is too narrow or too wide "
+                    "for the default weight 1/range; declare a weight")
+            return w
         return 1.0
 
 
@@ -288,7 +296,13 @@ class FeatureSchema:
 
     def default_weights(self) -> np.ndarray:
         """Array of shape (n_features,) of default per-unit costs."""
-        return np.array([f.default_weight() for f in self.features], dtype=np.float64)
+        out = np.empty(len(self), dtype=np.float64)
+        for i, f in enumerate(self.features):
+            try:
+                out[i] = f.default_weight()
+            except SchemaError as exc:
+                raise SchemaError(str(exc), feature=i) from None
+        return out
 
     def default_group_costs(self) -> dict[str, float]:
         """Cost of switching category per one-hot group: the largest ``weight`` declared

@@ -73,3 +73,23 @@ def test_bounds_past_float32_are_refused_for_a_model_that_reads_float32(bounds):
     maps = CounterfactualMaps.build(hist, schema)
     x = np.array([0.5, 2e39 if bounds[0] else -4e38])
     assert maps.predict(x[None])[0] == hist.predict(x[None])[0]
+
+
+@pytest.mark.parametrize("bounds", [(-1e308, 1e308), (0.0, 1e-320)])
+def test_a_range_the_default_weight_cannot_measure_is_refused_at_build(bounds):
+    """The default weight is 1/range: inf for a range of 1e-320 (every query refused),
+    0 or a subnormal for one of 2e308 (moves free, or measured wrong)."""
+    X, y = _data()
+    schema = FeatureSchema((Feature("a"), Feature("b", lower=bounds[0], upper=bounds[1])))
+    with pytest.raises(SchemaError, match="declare a weight") as err:
+        CounterfactualMaps.build(HistGradientBoostingClassifier(max_iter=3).fit(X, y), schema)
+    assert err.value.feature == 1
+    weighted = FeatureSchema((Feature("a"), Feature("b", lower=bounds[0], upper=bounds[1], weight=1.0)))
+    assert weighted.default_weights().tolist() == [1.0, 1.0]
+
+
+def test_the_default_weight_is_one_over_the_range_to_the_bit():
+    rng = np.random.default_rng(0)
+    for lo, hi in rng.normal(scale=1e3, size=(200, 2)):
+        lo, hi = min(lo, hi), max(lo, hi)
+        assert Feature("a", lower=float(lo), upper=float(hi)).default_weight() == 1.0 / (hi - lo)
