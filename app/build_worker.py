@@ -12,8 +12,12 @@ where the parent will load them from. It talks to the parent over one pipe:
 * then exactly one of ``("done", None)`` (maps saved) or ``("failed", reason)``.
 
 A child that exits without its last message crashed (the parent tells that from the exit
-code and builds again). When the parent dies, the child's next progress report finds the
-pipe broken and the child stops: an orphaned build never keeps running.
+code and builds again). An orphaned build never keeps running: on Linux the child asks
+the kernel to kill it when its parent (the forkserver, which exits with the service) dies
+(``PR_SET_PDEATHSIG``); elsewhere, or should that fail, its next progress report finds the
+pipe broken and it exits at once (``os._exit``: leaving the engine's thread pool to finish
+its wave of regions kept a build running for minutes). A service that stops kills its
+workers itself (:meth:`app.builds.BuildManager.shutdown`).
 
 Memory: the engine keeps a build within ``max_memory`` by its own measure; as a backstop,
 the child also caps its address space (``RLIMIT_AS``) a margin above that, so a build that
@@ -23,9 +27,12 @@ drawing the OS's OOM killer onto the machine.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import os
 import resource
+import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -86,6 +93,7 @@ def run(job: BuildJob, conn: Connection) -> None:
     conn : Connection
         The write end of the pipe to the parent.
     """
+    die_with_parent()
     limit_address_space(job.max_memory, job.n_jobs)
     try:
         message: tuple[str, Any] = ("done", None)
@@ -135,7 +143,12 @@ def build_and_save(job: BuildJob, conn: Connection) -> None:
         now = time.monotonic()
         if now - last[0] >= _PROGRESS_EVERY or fraction >= 1.0:
             last[0] = now
-            conn.send(("progress", float(fraction)))
+            try:
+                conn.send(("progress", float(fraction)))
+            except (BrokenPipeError, ConnectionResetError):
+                # The parent is gone: exit now. Raising would unwind into the extraction's
+                # thread pool, whose exit waits for every region of the wave queued.
+                os._exit(1)
 
     maps = CounterfactualMaps.build(
         model,
@@ -159,6 +172,25 @@ def _os_reason(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno or 0)
     text = exc.strerror or str(exc)
     return f"{text} ({name})" if name else text
+
+
+def die_with_parent() -> bool:
+    """Ask Linux to SIGKILL this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``);
+    False where that is not available. A parent that died before the request leaves the
+    process to init, so that case exits at once."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        ok = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux, or no prctl
+        return False
+    if ok and os.getppid() != parent:  # died in between: nobody wants this build
+        os._exit(1)
+    return ok
+
+
+#: prctl's option number, from <linux/prctl.h>
+_PR_SET_PDEATHSIG = 1
 
 
 def limit_address_space(max_memory: int, n_jobs: int) -> int | None:

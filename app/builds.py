@@ -32,6 +32,7 @@ sync) takes the build over (:meth:`app.registry.Registry.sync`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import shutil
@@ -125,10 +126,19 @@ class BuildManager:
         return fut
 
     def shutdown(self) -> None:
-        """Cancel queued builds and stop running ones (their workers are killed); does
-        not wait for them."""
+        """Cancel queued builds and kill the running ones' workers; does not wait for the
+        build threads.
+
+        The workers are killed here, not left to their threads: uvicorn re-raises the
+        stopping signal once the lifespan ends, and the process could exit before a thread
+        got to its worker, which then kept building (and a restart built the same model
+        again beside it)."""
         self.registry.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
+        for proc in list(self._children.values()):
+            with contextlib.suppress(Exception):  # exited meanwhile, or never started
+                if proc.is_alive():
+                    proc.kill()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every submitted build has finished (tests, CLI)."""
@@ -289,6 +299,8 @@ class BuildManager:
                         continue
                     kind, value = recv.recv()
                 except (EOFError, OSError):
+                    if entry.cancel.is_set():  # killed by shutdown() or a delete
+                        raise BuildCancelled() from None
                     proc.join(timeout=5)
                     raise WorkerDied(_exit_description(proc.exitcode)) from None
                 if kind == "progress":

@@ -85,3 +85,61 @@ def test_a_build_out_of_memory_fails_with_the_reason(service_factory, rf: Fitted
         assert info["error"].startswith("out of memory"), info["error"]
         assert str(256 << 20) in info["error"]
         assert svc.client.get("/readyz").status_code == 200
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
+    except FileNotFoundError:
+        return False
+
+
+def test_stopping_the_service_kills_running_workers_at_once(
+    service: Service, rf: Fitted, tmp_path: Path
+) -> None:
+    """uvicorn re-raises the stopping signal right after the lifespan ends: shutdown()
+    must kill the workers itself, or they keep building after the service is gone."""
+    builds = service.app.state.builds
+    builds.worker = functools.partial(build_faults.hold, str(tmp_path / "never"))
+    model_id = upload(service.client, rf.skops).json()["id"]
+    wait_until(lambda: service.client.get(f"/v1/models/{model_id}").json()["progress"] > 0, timeout=60)
+    pid = builds.worker_pids()[model_id]
+    builds.shutdown()
+    wait_until(lambda: not _running(pid), timeout=5)  # not the worker's 120 s hold
+    builds.wait(timeout=30)
+    assert 'cfmaps_builds_total{outcome="cancelled"} 1.0' in service.client.get("/metrics").text
+
+
+def test_a_worker_dies_with_its_parent(tmp_path: Path) -> None:
+    """A parent killed outright (SIGKILL, the OOM killer) cannot kill its workers: Linux
+    does, as the worker asked (PR_SET_PDEATHSIG)."""
+    import subprocess
+    import sys
+
+    ready = tmp_path / "ready"
+    script = (
+        "import os, time\n"
+        "from app.build_worker import die_with_parent\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = die_with_parent()\n"
+        f"    open({str(ready)!r}, 'w').write(str(ok))\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print(pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        wait_until(lambda: ready.exists() and ready.read_text() != "", timeout=30)
+        assert ready.read_text() == "True"
+        assert _running(child)
+        parent.kill()
+        parent.wait(timeout=10)
+        wait_until(lambda: not _running(child), timeout=5)
+    finally:
+        parent.kill()
