@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import os
+import resource
 import threading
 import warnings
 from collections.abc import AsyncIterator
@@ -189,6 +190,24 @@ def _load_pending(registry: Registry, freeze: bool, warm: bool) -> None:
         _freeze_heap()  # the loaded models too
 
 
+def raise_open_files_limit() -> int | None:
+    """Raise this process's soft limit on open files to its hard limit; returns the new
+    soft limit (None where the platform has none).
+
+    Each loaded model's arrays are memory-mapped, and CPython keeps a descriptor open per
+    mapping (about 30 a model): under the common soft limit of 1,024, the 35th model
+    failed to load. The hard limit is the operator's (a container's ``nofile``)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft < hard:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        return int(soft)
+    except (ValueError, OSError):  # the platform refuses: keep what there is
+        return None
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the cfmaps FastAPI application.
 
@@ -210,6 +229,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     the next start.
     """
     settings = settings or Settings()
+    raise_open_files_limit()
     if os.environ.get(WORKER_LOG_ENV):  # a worker process of cfmaps serve --workers N
         configure_logging(settings.log_format, os.environ[WORKER_LOG_ENV])
     metrics = Metrics()

@@ -10,6 +10,7 @@ version.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -24,6 +25,7 @@ import numpy as np
 
 from .ensemble import FlatEnsemble
 from .exceptions import (
+    ArtifactError,
     ArtifactNotFoundError,
     CorruptArtifactError,
     IncompatibleArtifactError,
@@ -197,6 +199,8 @@ def load_artifact(
     Raises
     ------
     ArtifactNotFoundError, CorruptArtifactError, IncompatibleArtifactError
+    ArtifactError
+        When the process may open no more files (the maps may be fine).
     """
     path = Path(path)
     mpath = path / MANIFEST
@@ -239,7 +243,7 @@ def load_artifact(
         stats = BuildStats(**manifest["stats"])
         _check_consistency(ens, grid, part, index, schema)
     except MapsError as exc:
-        if isinstance(exc, CorruptArtifactError):
+        if isinstance(exc, ArtifactError):  # corrupt, or this process out of descriptors
             raise
         raise CorruptArtifactError(f"{path}: inconsistent artifact ({exc})") from exc
     except (KeyError, TypeError, ValueError) as exc:
@@ -267,7 +271,13 @@ def _load_arrays(path: Path, entries: dict[str, Any], mmap: bool, verify: bool) 
             raise CorruptArtifactError(f"{path}: {e['file']} does not match its checksum")
         try:
             arr = np.load(fpath, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # the process's limit, not the file
+                raise ArtifactError(
+                    f"{path}: cannot open {e['file']}: too many open files (each loaded model "
+                    "keeps a few dozen open; raise the open-files limit, ulimit -n)") from exc
+            raise CorruptArtifactError(f"{path}: unreadable {e['file']} ({exc})") from exc
+        except ValueError as exc:
             raise CorruptArtifactError(f"{path}: unreadable {e['file']} ({exc})") from exc
         if str(arr.dtype) != e["dtype"] or list(arr.shape) != list(e["shape"]):
             raise CorruptArtifactError(f"{path}: {e['file']} has the wrong dtype or shape")

@@ -108,3 +108,26 @@ def test_upload_build_query_over_http(server: str, rf: Fitted) -> None:
         assert len(r.json()["results"]) == 1000
         assert http.delete(f"/v1/models/{model_id}", headers=ADMIN).status_code == 204
         assert "cfmaps_http_requests_total" in http.get("/metrics").text
+
+
+def test_the_service_raises_its_open_files_limit_to_the_hard_one() -> None:
+    """Each loaded model keeps about 30 descriptors open (memory maps): under a soft limit
+    of 1,024 the 35th failed to load. The service raises it as far as it may."""
+    import resource
+    import subprocess
+    import sys
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.fail(f"this machine's hard limit on open files is {hard}: nothing to raise")
+
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    out = subprocess.run(
+        [sys.executable, "-c", "import resource; from app.main import raise_open_files_limit; "
+         "print(raise_open_files_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"],
+        preexec_fn=low_soft_limit, capture_output=True, text=True, check=True)
+    raised, soft = (int(v) for v in out.stdout.split())
+    assert raised == soft > 256
+    assert soft == (hard if hard != resource.RLIM_INFINITY else 1 << 20)

@@ -435,3 +435,20 @@ def test_best_found_that_met_nothing_says_so():
     with pytest.raises(BudgetExceededError) as plain:
         part.counterfactual(X[0], **query)
     assert "on_budget='best' takes the best counterfactual" in str(plain.value)
+
+
+def test_too_many_open_files_is_not_called_corrupt(built, tmp_path, monkeypatch):
+    """A process out of file descriptors cannot map the arrays: the maps are fine, so the
+    error says what to raise, and is no CorruptArtifactError."""
+    from maps_core import ArtifactError, storage
+
+    _, _, maps = built
+    path = maps.save(tmp_path / "m")
+
+    def out_of_descriptors(*a, **kw):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(storage.np, "load", out_of_descriptors)
+    with pytest.raises(ArtifactError, match="too many open files") as err:
+        CounterfactualMaps.load(path)
+    assert not isinstance(err.value, CorruptArtifactError)
