@@ -33,6 +33,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -53,6 +54,7 @@ from maps_core import (
     flatten_model,
     py_scalar,
 )
+from maps_core.adapters import check_flattened
 from maps_core.exceptions import SchemaError, UnsupportedModelError
 
 from . import modelio
@@ -520,12 +522,22 @@ class Registry:
             )
             try:
                 ens = flatten_model(model)
+                labels = [py_scalar(c) for c in model.classes_]
+                if not all(isinstance(c, str | int | float | bool) for c in labels):
+                    raise InvalidInputError("class labels must be strings or numbers", "model")
+                if any(isinstance(c, float) and not math.isfinite(c) for c in labels) or len(
+                        {(isinstance(c, bool), c) for c in labels}) != len(labels):
+                    raise InvalidInputError(
+                        f"class labels must be distinct and finite, got {labels}", "model")
+                check_flattened(model, ens)
             except UnsupportedModelError as exc:  # 422 with the engine's words, on the file
                 raise UnsupportedModelFileError(str(exc), "model") from exc
+            except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
+                # an uploaded object whose attributes are not what its class promises (a
+                # skops file of trusted types, one of them changed): the file's fault
+                raise UnsupportedModelFileError(
+                    f"the model object is malformed: {type(exc).__name__}: {exc}", "model") from exc
             schema = _schema_for(spec, ens.n_features, ens.feature_names)
-            labels = [py_scalar(c) for c in model.classes_]
-            if not all(isinstance(c, str | int | float | bool) for c in labels):
-                raise InvalidInputError("class labels must be strings or numbers", "model")
             names = _class_names(spec, labels)
             os.replace(raw_path, tmp / modelio.FILE_NAMES[fmt])
             ts = now()

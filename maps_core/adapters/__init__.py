@@ -16,8 +16,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
+
 from ..ensemble import FlatEnsemble
-from ..exceptions import UnsupportedModelError
+from ..exceptions import MapsError, UnsupportedModelError
+from ..results import py_scalar
 from .lightgbm_text import LIGHTGBM
 from .sklearn import SKLEARN
 from .xgboost_json import XGBOOST
@@ -123,4 +126,63 @@ def flatten_model(model: Any) -> FlatEnsemble:
     return adapter.flatten(adapter.prepare(model))
 
 
-__all__ = ["ADAPTERS", "Adapter", "adapter_for", "check_model", "flatten_model", "prepare_model"]
+def check_flattened(model: Any, ens: FlatEnsemble, n_points: int = 256) -> None:
+    """Check that ``ens`` (:func:`flatten_model` of ``model``) decides as the model's own
+    ``predict`` on seeded points around its thresholds, wherever its margin is clear.
+
+    A file assembled from a fitted model's parts with one changed (``classes_`` of
+    another length, an ``n_classes_`` that disagrees, a tree of another model) flattens
+    into trees that no longer are the model: served, it would answer wrong or fail on
+    every query. For untrusted uploads; a model's library may refuse such an object
+    anywhere, so any error of its ``predict`` counts.
+
+    Parameters
+    ----------
+    model : estimator
+        The model as loaded (its ``predict`` and ``classes_``).
+    ens : FlatEnsemble
+    n_points : int
+        Points tried, each feature at one of its thresholds moved by a small random
+        amount (or a standard normal value on a feature without splits).
+
+    Raises
+    ------
+    UnsupportedModelError
+        When the model's own ``predict`` fails or disagrees, or its leaf values or base
+        scores are not finite.
+    """
+    if not (np.all(np.isfinite(ens.node_value)) and np.all(np.isfinite(ens.base))):
+        # a learning rate or baseline of nan/inf: every score is nan, every answer noise
+        raise UnsupportedModelError("the model's leaf values or base scores are not finite")
+    rng = np.random.default_rng(0)
+    m = ens.n_features
+    X = rng.normal(size=(n_points, m))
+    for f in range(m):
+        t = ens.thresholds(f)
+        t = t[np.isfinite(t)]
+        if t.size:
+            base = rng.choice(t, n_points)
+            X[:, f] = base + rng.normal(scale=1e-3, size=n_points) * np.maximum(1.0, np.abs(base))
+    X = np.clip(X, -3e38, 3e38)  # within float32's range, which some libraries require
+    try:
+        own = np.asarray(model.predict(X)).ravel()
+        idx, margin = ens.predict_margin(X)
+        labels = [py_scalar(c) for c in ens.classes]
+        # 1 and 1.0 are one label, True and 1 are not (as target_index reads them)
+        pos = {(isinstance(c, bool), c): i for i, c in enumerate(labels)}
+        got = np.array([pos.get((isinstance(v, bool), v), -1)
+                        for v in (py_scalar(u) for u in own)])
+    except MapsError:
+        raise
+    except Exception as exc:  # the library's own refusal of a malformed object
+        raise UnsupportedModelError(
+            f"the model's own predict fails: {type(exc).__name__}: {exc}") from None
+    clear = margin > 1e-9 * np.maximum(1.0, np.abs(margin).max(initial=0.0))
+    if got.shape != idx.shape or np.any((got != idx) & clear):
+        raise UnsupportedModelError(
+            "the model's own predict disagrees with its trees (a classes_ or n_classes_ "
+            "that does not match them?): the file is inconsistent")
+
+
+__all__ = ["ADAPTERS", "Adapter", "adapter_for", "check_flattened", "check_model", "flatten_model",
+           "prepare_model"]

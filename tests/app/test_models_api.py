@@ -184,6 +184,44 @@ def test_unsupported_models_are_422_with_the_engines_message(service: Service, r
     assert r.json()["field"] == "model"
 
 
+def _mutated(model: Any, name: str, value: Any) -> Any:
+    import copy
+
+    out = copy.deepcopy(model)
+    setattr(out, name, value)
+    return out
+
+
+@pytest.mark.parametrize(
+    "attr, value, words",
+    [
+        ("classes_", np.array([np.nan, 1.0]), "distinct and finite"),
+        ("classes_", np.array([1, 1]), "distinct and finite"),
+        ("classes_", [0, 1], "own predict fails"),  # a list: predict cannot index it
+        ("estimators_", None, "malformed"),
+        ("n_classes_", 3, "own predict"),  # the trees have two
+    ],
+)
+def test_a_fitted_model_with_an_attribute_changed_is_refused(
+    service: Service, rf: Fitted, attr: str, value: Any, words: str
+) -> None:
+    """A skops file of trusted types only, made from a fitted model with one attribute
+    changed: 422 naming the model file (these were 500s, or models that loaded and then
+    answered 500 or wrong), and nothing left behind."""
+    r = upload(service.client, sio.dumps(_mutated(rf.model, attr, value)))
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "model"
+    assert words in r.json()["message"]
+    assert list(service.settings.models_dir.iterdir()) == []
+
+
+def test_non_finite_leaf_values_are_refused(service: Service, gb3: Fitted) -> None:
+    r = upload(service.client, sio.dumps(_mutated(gb3.model, "learning_rate", float("nan"))),
+               GB3_SPEC)
+    assert r.status_code == 422, r.text
+    assert "not finite" in r.json()["message"]
+
+
 def test_pickle_refused_unless_trusted(service_factory: Any, rf: Fitted) -> None:
     blob = pickle.dumps(rf.model)
     with service_factory() as svc:
