@@ -23,6 +23,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from maps_core.exceptions import (
     ArtifactError,
@@ -201,6 +202,49 @@ def _allowed_methods(request: Request) -> list[str]:
     return allowed
 
 
+class CatchAllMiddleware:
+    """Answers an unhandled exception with the JSON 500 (:func:`bug_response`) from inside
+    the request-id and metrics middleware.
+
+    Starlette runs the ``Exception`` handler in its outermost middleware, outside every
+    one added here: the 500 lacked ``X-Request-ID``, its log line the request id, and the
+    exception, re-raised after the answer, made the server drop the connection. Here the
+    exception ends with the answer. One raised after the answer began goes on up (nothing
+    can be answered any more)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception:
+            if started:
+                raise
+            await bug_response(scope.get("method", ""), scope.get("path", ""))(scope, receive, send)
+
+
+def bug_response(method: str, path: str) -> JSONResponse:
+    """A genuine bug: log it with the traceback (call from an ``except`` block), tell the
+    client nothing internal."""
+    log.exception("unhandled error on %s %s", method, path)
+    return JSONResponse(
+        error_body("internal_error", "internal server error; the error was logged"),
+        status_code=500,
+    )
+
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers on ``app``."""
 
@@ -231,12 +275,8 @@ def install(app: FastAPI) -> None:
         )
 
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:
-        # A genuine bug: log it with the traceback, tell the client nothing internal.
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(
-            error_body("internal_error", "internal server error; the error was logged"),
-            status_code=500,
-        )
+        # Reached only without CatchAllMiddleware (create_app adds it).
+        return bug_response(request.method, request.url.path)
 
     app.add_exception_handler(ApiError, on_known)
     app.add_exception_handler(MapsError, on_known)

@@ -295,6 +295,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(LeanDispatch, routers=[counterfactuals.router])
     # Added last = outermost: metrics also count the 413s answered by the body limit, and
     # every answer, 413s included, carries its request id.
+    app.add_middleware(errors.CatchAllMiddleware)  # inside the two below: a 500 is counted, has an id
     app.add_middleware(BodyLimitMiddleware, settings=settings)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(RequestIdMiddleware)

@@ -131,3 +131,39 @@ def test_the_service_raises_its_open_files_limit_to_the_hard_one() -> None:
     raised, soft = (int(v) for v in out.stdout.split())
     assert raised == soft > 256
     assert soft == (hard if hard != resource.RLIM_INFINITY else 1 << 20)
+
+
+def test_a_bug_is_a_json_500_with_its_request_id_and_the_connection_stays_open(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unhandled exception (a bug) is answered as a JSON 500 carrying X-Request-ID, the
+    log line carries the id (the log filter reads it from app.observability.request_id),
+    and the keep-alive connection serves the next request."""
+    import logging
+
+    from app.observability import request_id
+    from app.registry import Registry
+
+    def broken(self: Registry) -> list[object]:
+        raise RuntimeError("a bug")
+
+    seen: list[tuple[str, str, bool]] = []
+
+    class Grab(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.getMessage(), request_id.get(), record.exc_info is not None))
+
+    grab = Grab(level=logging.ERROR)
+    logging.getLogger("cfmaps").addHandler(grab)
+    monkeypatch.setattr(Registry, "list", broken)
+    try:
+        with httpx.Client(base_url=server, timeout=30) as http:
+            r = http.get("/v1/models", headers={**API, "X-Request-ID": "trace-me-500"})
+            assert r.status_code == 500
+            assert r.json() == {"error": "internal_error", "field": None,
+                                "message": "internal server error; the error was logged"}
+            assert r.headers["x-request-id"] == "trace-me-500"
+            assert http.get("/healthz").status_code == 200  # the same connection
+    finally:
+        logging.getLogger("cfmaps").removeHandler(grab)
+    assert ("unhandled error on GET /v1/models", "trace-me-500", True) in seen
