@@ -188,6 +188,20 @@ def counterfactual_answer(
     return out[0] if single else {"results": out}
 
 
+def check_map_size(body: Any, max_side: int) -> None:
+    """Refuse a picture wider or higher than ``max_side`` pixels (before a rate limit
+    counts it).
+
+    Raises
+    ------
+    InvalidInputError
+        Naming ``width`` or ``height``.
+    """
+    for field, v in (("width", body.width), ("height", body.height)):
+        if v > max_side:
+            raise InvalidInputError(f"{field} must be at most {max_side} pixels", field)
+
+
 def map_picture(
     maps: CounterfactualMaps,
     codec: FeatureCodec,
@@ -220,9 +234,7 @@ def map_picture(
         if name not in names:
             raise InvalidInputError(f"unknown feature {name!r}", f"features.{i}")
         cols.append(names.index(name))
-    for field, v in (("width", body.width), ("height", body.height)):
-        if v > limits.map_max_side:
-            raise InvalidInputError(f"{field} must be at most {limits.map_max_side} pixels", field)
+    check_map_size(body, limits.map_max_side)
     a, b = cols
     target = body.target if resolve_target is None else resolve_target(body.target)
     try:

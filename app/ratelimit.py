@@ -61,8 +61,10 @@ class RateLimiter:
             return "token:" + hashlib.sha256(token.encode()).hexdigest()[:32]
         return f"address:{address or 'unknown'}"
 
-    def charge(self, key: str, cost: int) -> None:
-        """Take ``cost`` from the bucket of ``key``.
+    def charge(self, key: str, cost: int, field: str = "instances",
+               advice: str = "split it into smaller batches") -> None:
+        """Take ``cost`` from the bucket of ``key``; a cost above the bucket's capacity is
+        refused naming ``field``, with ``advice``.
 
         Raises
         ------
@@ -86,8 +88,8 @@ class RateLimiter:
         if cost > self.capacity:
             raise RateLimitedError(
                 f"this request asks for {cost} answers, more than the limit of {limit} per "
-                "minute; split it into smaller batches",
-                "instances",
+                f"minute; {advice}",
+                field,
                 {"Retry-After": "60"},
             )
         wait = max(1, math.ceil(missing / self.rate))

@@ -399,6 +399,28 @@ class FeatureCodec:
         self.m = len(self.names)
 
     # JSON -> array
+    @staticmethod
+    def check_count(req: _InstancesRequest, max_batch: int) -> int:
+        """The number of instances a request asks about, checked: one of ``instance`` and
+        ``instances``, not empty, within ``max_batch`` (before a rate limit counts them).
+
+        Raises
+        ------
+        InvalidInputError, PayloadTooLargeError
+        """
+        if (req.instance is None) == (req.instances is None):
+            raise InvalidInputError("give exactly one of 'instance' or 'instances'", "instance")
+        if req.instances is None:
+            return 1
+        if not req.instances:
+            raise InvalidInputError("'instances' must not be empty", "instances")
+        if len(req.instances) > max_batch:
+            raise PayloadTooLargeError(
+                f"{len(req.instances)} instances exceed the limit of {max_batch} per request",
+                "instances",
+            )
+        return len(req.instances)
+
     def matrix(self, req: _InstancesRequest, max_batch: int) -> tuple[np.ndarray, bool]:
         """Instances of a request as an array of shape (n, n_features).
 
@@ -412,18 +434,10 @@ class FeatureCodec:
         ------
         InvalidInputError, PayloadTooLargeError
         """
-        if (req.instance is None) == (req.instances is None):
-            raise InvalidInputError("give exactly one of 'instance' or 'instances'", "instance")
+        self.check_count(req, max_batch)
         if req.instance is not None:
             return self.row(req.instance, "instance")[None, :], True
         assert req.instances is not None
-        if not req.instances:
-            raise InvalidInputError("'instances' must not be empty", "instances")
-        if len(req.instances) > max_batch:
-            raise PayloadTooLargeError(
-                f"{len(req.instances)} instances exceed the limit of {max_batch} per request",
-                "instances",
-            )
         X = np.empty((len(req.instances), self.m), dtype=np.float64)
         for i, inst in enumerate(req.instances):
             X[i] = self.row(inst, f"instances.{i}")

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from ..dataplane import (
     QueryLimits,
+    check_map_size,
     counterfactual_answer,
     map_picture,
     model_predictions,
@@ -83,7 +84,8 @@ async def counterfactuals(
     """
     entry = await model_entry(registry, model_id, ready=True)
     assert entry.maps is not None
-    charge(request, _count(body) * min(int(body.k), settings.max_k))
+    n = entry.codec.check_count(body, settings.max_batch)  # a 413 costs no answers
+    charge(request, n * min(int(body.k), settings.max_k))
     limits = _limits(settings)
     query = functools.partial(counterfactual_answer, entry.maps, entry.codec, body, limits,
                               resolve_target=entry.resolve_target, display=entry.display)
@@ -113,8 +115,8 @@ async def predict(
 ) -> JSONResponse:
     """Labels and probabilities from the uploaded model itself (not from the maps)."""
     entry = await model_entry(registry, model_id, ready=True)
-    charge(request, _count(body))
-    X, single = entry.codec.matrix(body, settings.max_batch)
+    X, single = entry.codec.matrix(body, settings.max_batch)  # bad input costs no answers
+    charge(request, X.shape[0])
     labels, proba = await in_thread(model_predictions, entry.model, entry.maps, entry.codec,
                                    X, single)
     names = [str(c) for c in entry.classes]
@@ -126,11 +128,6 @@ async def predict(
         for i in range(X.shape[0])
     ]
     return JSONResponse(out[0] if single else {"results": out})
-
-
-def _count(body: PredictRequest | CounterfactualRequest) -> int:
-    """Instances a body asks about (the codec checks the batch limit afterwards)."""
-    return len(body.instances) if body.instances is not None else 1
 
 
 def _limits(settings: Any) -> QueryLimits:
@@ -160,7 +157,9 @@ async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any
                    request: Request) -> Response:
     entry = await model_entry(registry, model_id, ready=True)
     assert entry.maps is not None
-    charge(request, -(-body.width * body.height // PIXELS_PER_ANSWER))
+    check_map_size(body, settings.map_max_side)  # an oversize picture costs no answers
+    charge(request, -(-body.width * body.height // PIXELS_PER_ANSWER), field="width",
+           advice="ask for a smaller picture")
     png, headers = await in_thread(
         map_picture, entry.maps, entry.codec, body, _limits(settings),
         resolve_target=entry.resolve_target, display=entry.display,

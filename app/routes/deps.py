@@ -48,8 +48,11 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 BuildsDep = Annotated[BuildManager, Depends(_builds)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 
-def charge(request: Request, answers: int) -> None:
-    """Count ``answers`` against the client's rate limit, when one is configured.
+def charge(request: Request, answers: int, field: str = "instances",
+           advice: str = "split it into smaller batches") -> None:
+    """Count ``answers`` against the client's rate limit, when one is configured;
+    ``field`` and ``advice`` word the refusal of a request that asks for more than the
+    limit allows at all.
 
     The client is its token only when the service checks tokens: on open query routes
     any string would do, so there the address is the client.
@@ -64,7 +67,7 @@ def charge(request: Request, answers: int) -> None:
     settings: Settings = request.app.state.settings
     token = bearer_token(request) if settings.api_tokens else None
     host = request.client.host if request.client else None
-    limiter.charge(RateLimiter.client_key(token, host), answers)
+    limiter.charge(RateLimiter.client_key(token, host), answers, field, advice)
 
 
 T = TypeVar("T")

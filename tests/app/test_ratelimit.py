@@ -92,3 +92,29 @@ def test_map_pictures_count_by_their_size(service_factory: Any, rf: Fitted) -> N
         paths = svc.client.get("/openapi.json", headers=A).json()["paths"]
         for method in ("get", "post"):
             assert "429" in paths["/v1/models/{model_id}/map.png"][method]["responses"]
+
+
+def test_a_refused_request_costs_no_answers(service_factory: Any, rf: Fitted) -> None:
+    """The limit counts answers given: a batch over the batch limit (413) or a picture
+    over the side limit (422 on its width) is refused before it is counted, and a picture
+    bigger than a minute's worth is refused naming its size, not a batch."""
+    with service_factory(api_tokens="tok-a,tok-b", rate_limit_per_minute=20, max_batch=10,
+                         map_max_side=512) as svc:
+        model_id = svc.add(rf.skops, headers=A)
+        c = svc.client
+        url = f"/v1/models/{model_id}/counterfactuals"
+        x = rf.X[:11].tolist()
+        assert c.post(url, json={"instance": x[0]}, headers=B).status_code == 200  # compiles
+        r = c.post(url, json={"instances": x}, headers=A)
+        assert r.status_code == 413
+        r = c.post(f"/v1/models/{model_id}/predict", json={"instances": x}, headers=A)
+        assert r.status_code == 413
+        assert c.post(url, json={"instances": x[:10]}, headers=A).status_code == 200  # 10 of 20
+        pic = f"/v1/models/{model_id}/map.png"
+        body = {"features": ["x0", "x1"], "instance": x[0], "width": 2000, "height": 100}
+        r = c.post(pic, json=body, headers=A)
+        assert r.status_code == 422 and r.json()["field"] == "width", r.text
+        r = c.post(pic, json={**body, "width": 512, "height": 512}, headers=A)  # 256 answers
+        assert r.status_code == 429 and r.json()["field"] == "width"
+        assert "smaller picture" in r.json()["message"]
+        assert c.post(url, json={"instances": x[:10]}, headers=A).status_code == 200  # 20 of 20
