@@ -696,14 +696,7 @@ class Registry:
                 names -= self._deleted
                 known = dict(self._entries)
             for model_id in set(known) - names:  # deleted through another process
-                gone = known[model_id]
-                with self._lock:
-                    if self._entries.get(model_id) is gone:
-                        gone.cancel.set()
-                        del self._entries[model_id]
-                gone.model = None
-                gone.maps = None
-                self._changed()
+                self._forget(known[model_id])
             for model_id in sorted(names):
                 self._sync_one(model_id, known.get(model_id))
 
@@ -738,6 +731,20 @@ class Registry:
                 entry = self._entries.get(model_id)
             if (self.root / model_id).is_dir():
                 self._sync_one(model_id, entry)
+            elif entry is not None and not entry.building_here:
+                # deleted through another process: gone here too (its last status, say
+                # "building", answered 409 until the next sync pass)
+                self._forget(entry)
+
+    def _forget(self, gone: ModelEntry) -> None:
+        """Drop a model another process deleted (the caller holds ``_sync_lock``)."""
+        with self._lock:
+            if self._entries.get(gone.id) is gone:
+                gone.cancel.set()
+                del self._entries[gone.id]
+        gone.model = None
+        gone.maps = None
+        self._changed()
 
     def _sync_one(self, model_id: str, entry: ModelEntry | None) -> None:
         """One model's step of a sync pass (the caller holds ``_sync_lock``)."""

@@ -127,6 +127,28 @@ def test_what_one_process_did_answers_at_once_on_another(
         assert b.client.get(f"/v1/models/{other}").status_code == 404
 
 
+def test_a_model_building_elsewhere_and_deleted_there_is_gone_here_at_once(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
+) -> None:
+    """b knows the model as building (a builds it); deleted through a, b answers 404 at
+    once, not the 409 "being built" of its last sync pass."""
+    import functools
+
+    import build_faults
+
+    data = tmp_path / "shared"
+    hour = {"sync_interval_seconds": 3600.0}
+    with (service_factory(data_dir=data, **hour) as a,
+          service_factory(data_dir=data, role="api", **hour) as b):
+        a.app.state.builds.worker = functools.partial(build_faults.hold, str(tmp_path / "never"))
+        model_id = upload(a.client, rf.skops).json()["id"]
+        wait_until(lambda: _status(b, model_id) == "building")
+        assert a.client.delete(f"/v1/models/{model_id}").status_code == 204
+        r = b.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 404, r.text
+        assert b.client.get(f"/v1/models/{model_id}").status_code == 404
+
+
 class _Watched:
     """A registry's lock that checks, at every release, that no entry is ready without
     its maps (what a request would see in between)."""
