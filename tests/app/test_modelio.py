@@ -111,6 +111,20 @@ def test_zip_bomb_guard(tmp_path: Path, rf: Fitted) -> None:
         load_model_file(_write(tmp_path, buf.getvalue()), trust_pickle=False, max_unpacked_bytes=1_000_000)
 
 
+def test_a_schema_json_past_its_own_cap_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """Within the archive's unpacked limit, a huge schema.json would still be parsed whole
+    in the API process (about 5x its size in objects): refused by its own size."""
+    from app import modelio
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("schema.json", b"[" + b"0," * (modelio.SKOPS_SCHEMA_MAX_BYTES // 2) + b"0]")
+    data = buf.getvalue()
+    assert len(data) < modelio.SKOPS_SCHEMA_MAX_BYTES // 100  # a small upload
+    with pytest.raises(PayloadTooLargeError, match="schema.json"):
+        load_model_file(_write(tmp_path, data), trust_pickle=False, max_unpacked_bytes=1 << 40)
+
+
 def test_zip_that_is_not_skops(tmp_path: Path) -> None:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
