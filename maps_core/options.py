@@ -153,6 +153,12 @@ def make_options(
         w = base.weights.copy()
         if isinstance(weights, Mapping):
             for j, v in _by_feature(names, weights, "weights").items():
+                if base.gcol[j] >= 0:  # a one-hot column: its weight would go unused
+                    g = base.group_names[int(base.gcol[j])]
+                    raise InvalidQueryError(
+                        f"{names[j]!r} is a column of the one-hot group {g!r}, whose switch of "
+                        f"category costs the group's cost: set it with group_costs.{g}",
+                        f"weights.{names[j]}")
                 w[j] = _number(v, f"weight of {names[j]!r}", f"weights.{names[j]}")
         else:
             w = _number_array(weights, "weights")

@@ -24,7 +24,13 @@ import numpy as np
 import pytest
 from sklearn.tree import DecisionTreeClassifier
 
-from maps_core import BudgetExceededError, CounterfactualMaps, Feature, FeatureSchema
+from maps_core import (
+    BudgetExceededError,
+    CounterfactualMaps,
+    Feature,
+    FeatureSchema,
+    InvalidQueryError,
+)
 from tests.library_splits import f32_floor, raw_thresholds
 from tests.recourse import (
     COLORS,
@@ -160,6 +166,16 @@ def test_categorical_groups_and_switching_costs(grouped: Suite, norm: str, optio
         for target in grouped.targets(x):
             check_result(grouped.maps, grouped.bf, x, target, opts, w, norm, rng,
                          group_costs=costs, k=2)
+
+
+def test_a_weight_named_on_a_one_hot_column_is_refused(grouped: Suite) -> None:
+    """A one-hot column's weight would go unused (a switch costs the group's cost): naming
+    one is an error that points to group_costs, not a silent no-op."""
+    x = next(iter(grouped.queries(np.random.default_rng(0))))
+    with pytest.raises(InvalidQueryError, match="group_costs.color") as err:
+        grouped.maps.counterfactual(x, weights={"color=red": 100.0})
+    assert err.value.field == "weights.color=red"
+    grouped.maps.counterfactual(x, weights={"c0": 2.0})  # the other columns take one
 
 
 def test_immutable_category_is_kept(grouped: Suite) -> None:
