@@ -262,6 +262,14 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 400 and request.headers.get("content-type", "").startswith(
+                "application/json"):
+            # FastAPI's answer when json.loads fails other than by a syntax error (which is
+            # the 422 "body" above): as that one, naming the body and why
+            return JSONResponse(error_body(
+                "invalid_input", "body: not JSON this service reads (an integer of more than "
+                "4,300 digits, text that is not UTF-8, or arrays nested too deep)", "body"),
+                status_code=422)
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:

@@ -102,6 +102,9 @@ def _raw(svc: Service, model_id: str, text: str, path: str = "counterfactuals") 
         ('"just a string"', 422, None),
         ("null", 422, None),
         ("{not json", 422, "body"),
+        # json.loads fails otherwise: past the 4,300-digit limit, nested too deep
+        ('{"instance": [' + "9" * 5000 + ', 0.2, 0.3, 0.4, 0.5]}', 422, "body"),
+        ('{"instance": ' + "[" * 3000 + "]" * 3000 + "}", 422, "body"),
         ("", 422, None),
         ("[" * 50_000 + "]" * 50_000, 413, "body"),
     ],
