@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from maps_core import (
     DEFAULT_MAX_RECTANGLES,
@@ -498,6 +499,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MapsError as exc:
         field = getattr(exc, "field", None)
         _fail(f"{exc}" + (f" (field: {field})" if field else ""))
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        # a CFMAPS_* setting out of range (Settings() reads the environment)
+        _fail("; ".join(f"CFMAPS_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}"
+                        for e in exc.errors()))
     except KeyboardInterrupt:
         sys.stderr.write("\ninterrupted\n")
         return 130

@@ -499,3 +499,12 @@ def test_query_into_a_closed_pipe_exits_quietly(built: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err, err
+
+
+def test_a_setting_out_of_range_is_an_error_message_not_a_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CFMAPS_MAX_BATCH", "0")
+    code, _, err = _run(capsys, "serve", "--port", "1", "--data-dir", str(tmp_path))
+    assert code == 1
+    assert err == "cfmaps: error: CFMAPS_MAX_BATCH: Input should be greater than 0\n"
