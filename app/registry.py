@@ -478,7 +478,7 @@ class Registry:
         log.error("model %s: %s", entry.id, message)
         with self._lock:
             entry.status = "failed"
-            entry.error = message
+            entry.error = self.public(message)
         self._changed()
 
     def _max_unpacked(self) -> int:
@@ -602,9 +602,16 @@ class Registry:
         with self._lock:
             if entry.cancel.is_set() or self._entries.get(entry.id) is not entry:
                 return False
+            error = None if error is None else self.public(error)
             self._persist(entry, status=status, error=error, updated_at=now())
         self._changed()
         return True
+
+    def public(self, message: str) -> str:
+        """``message`` without the server's data-dir path (a model's error is shown to
+        every client with a query token): ``<root>/<id>/maps: ...`` reads ``<id>/maps:
+        ...``; the log keeps the full text."""
+        return message.replace(f"{self.root}{os.sep}", "").replace(str(self.root), ".")
 
     def maps_dir(self, entry: ModelEntry) -> Path:
         return self.root / entry.id / MAPS_DIR

@@ -4,6 +4,7 @@ maps, refuse broken maps."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import time
@@ -121,12 +122,16 @@ def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -
             info = svc.client.get(f"/v1/models/{model_id}").json()
             assert info["status"] == "failed", (model_id, info)
             assert info["error"].startswith("could not load the model")
+            assert str(data_dir) not in info["error"]  # no server path for clients
+            if model_id != swapped:
+                assert f"{model_id}{os.sep}maps" in info["error"], info["error"]
             if model_id == swapped:
                 assert "the maps do not belong to the model file next to them" in info["error"]
             r = svc.client.post(
                 f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()}
             )
             assert r.status_code == 409
+            assert str(data_dir) not in r.json()["message"]
             # Load failures are not persisted: repairing the files and restarting recovers.
             assert _status(svc, model_id)["status"] == "ready"
         assert svc.client.get(f"/v1/models/{good}").json()["status"] == "ready"
