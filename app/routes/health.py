@@ -23,7 +23,11 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: every persisted ready model has been loaded")
+_LOADING = {503: {"description": "Still loading the persisted models (`Retry-After: 1`)"}}
+
+
+@router.get("/readyz", summary="Readiness: every persisted ready model has been loaded",
+            responses=_LOADING)
 async def readyz(registry: RegistryDep) -> JSONResponse:
     """200 once the start-up load of the persisted models has finished, 503 before.
 
@@ -51,7 +55,8 @@ async def v2_live() -> dict[str, bool]:
     return {"live": True}
 
 
-@router.get("/v2/health/ready", summary="Open Inference Protocol: server ready")
+@router.get("/v2/health/ready", summary="Open Inference Protocol: server ready",
+            responses=_LOADING)
 async def v2_ready(registry: RegistryDep) -> JSONResponse:
     """200 ``{"ready": true}`` once the persisted models are loaded (as ``/readyz``), 503
     ``{"ready": false}`` before."""

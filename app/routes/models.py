@@ -95,6 +95,7 @@ async def create_model(
     "",
     response_model=ModelList,
     dependencies=[Depends(require_query)],
+    responses=_ERRORS,
     summary="List models",
 )
 async def list_models(registry: RegistryDep) -> JSONResponse:
@@ -105,7 +106,7 @@ async def list_models(registry: RegistryDep) -> JSONResponse:
     "/{model_id}",
     response_model=ModelInfo,
     dependencies=[Depends(require_query)],
-    responses={404: {"model": ErrorResponse}},
+    responses={**_ERRORS, 404: {"model": ErrorResponse}},
     summary="Status, progress, schema, classes and build statistics of a model",
 )
 async def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:

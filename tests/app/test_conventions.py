@@ -78,6 +78,11 @@ def test_openapi_states_its_rules(service: Service) -> None:
         link["operationId"] for link in links.values()} <= ops
     for path in ("/v1/models", "/v1/models/{model_id}/counterfactuals", "/v1/models/{model_id}/predict"):
         assert {"400", "413", "422"} <= set(doc["paths"][path]["post"]["responses"]), path
+    # every answer a route gives is documented: readiness probes' 503, token checks' 401/403
+    for path in ("/readyz", "/v2/health/ready"):
+        assert "503" in doc["paths"][path]["get"]["responses"], path
+    for path in ("/v1/models", "/v1/models/{model_id}"):
+        assert {"401", "403"} <= set(doc["paths"][path]["get"]["responses"]), path
 
 
 def test_one_of_is_enforced(rf_service: tuple[Service, str], rf: Fitted) -> None:
