@@ -164,3 +164,34 @@ def test_a_claimed_feature_count_beyond_the_limit_is_refused():
     model.n_features_in_ = 10**9
     with pytest.raises(UnsupportedModelError, match="1000000000 features; cfmaps supports 0 to 100,000"):
         flatten_model(model)
+
+
+@pytest.mark.parametrize("kind", sorted(MODEL_FACTORIES))
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_check_flattened_accepts_fitted_models(kind, n_classes):
+    from maps_core.adapters import check_flattened
+
+    model, _, _ = fit(kind, n_classes)
+    check_flattened(model, flatten_model(model))
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_check_flattened_accepts_native_models(library, n_classes):
+    """The libraries' own predict (XGBoost's float32 sums over 200 trees too) agrees with
+    the flattened trees wherever the margin is clear: no legitimate upload is refused."""
+    from maps_core.adapters import check_flattened
+    from tests.library_splits import engine_model
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 6))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int) + (n_classes == 3) * (X[:, 3] > 0.5)
+    if library == "xgboost":
+        xgb = pytest.importorskip("xgboost")
+        clf = xgb.XGBClassifier(n_estimators=200, max_depth=4, random_state=0).fit(X, y)
+    else:
+        lgb = pytest.importorskip("lightgbm")
+        clf = lgb.LGBMClassifier(n_estimators=200, num_leaves=15, verbose=-1, random_state=0).fit(X, y)
+    parsed = engine_model(clf)
+    check_flattened(parsed, flatten_model(parsed))
+    check_flattened(clf, flatten_model(clf))  # the library's own object, its own predict
