@@ -175,7 +175,7 @@ def test_check_flattened_accepts_fitted_models(kind, n_classes):
     check_flattened(model, flatten_model(model))
 
 
-@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm", "hist"])
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_check_flattened_accepts_native_models(library, n_classes):
     """The libraries' own predict (XGBoost's float32 sums over 200 trees too) agrees with
@@ -189,9 +189,18 @@ def test_check_flattened_accepts_native_models(library, n_classes):
     if library == "xgboost":
         xgb = pytest.importorskip("xgboost")
         clf = xgb.XGBClassifier(n_estimators=200, max_depth=4, random_state=0).fit(X, y)
-    else:
+    elif library == "lightgbm":
         lgb = pytest.importorskip("lightgbm")
         clf = lgb.LGBMClassifier(n_estimators=200, num_leaves=15, verbose=-1, random_state=0).fit(X, y)
+    else:  # a categorical feature and missing values too
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        X[:, 5] = rng.integers(0, 7, size=len(X))
+        y = y ^ (X[:, 5] % 3 == 0)
+        X[rng.random(len(X)) < 0.1, 4] = np.nan
+        clf = HistGradientBoostingClassifier(max_iter=100, categorical_features=[5],
+                                             random_state=0).fit(X, y)
+        X[np.isnan(X)] = 0.0
     parsed = engine_model(clf)
     check_flattened(parsed, flatten_model(parsed))
     check_flattened(clf, flatten_model(clf))  # the library's own object, its own predict
