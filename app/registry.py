@@ -402,6 +402,8 @@ class Registry:
         spec = json.loads((d / SPEC_FILE).read_text(encoding="utf-8"))
         if status.get("id") != d.name:
             raise ValueError(f"status.json names id {status.get('id')!r}")
+        if status.get("status") not in _STATUSES:  # hand-edited: served as is, it broke counts
+            raise ValueError(f"status.json has the unknown status {status.get('status')!r}")
         return ModelEntry(
             id=d.name,
             name=spec.get("name"),
@@ -933,6 +935,11 @@ def _stem(filename: str | None) -> str | None:
         return None
     name = "".join(ch for ch in Path(filename).name if ch.isprintable())
     return (name.rsplit(".", 1)[0] or name)[:200].strip() or None
+
+
+#: The statuses a model may have (ModelInfo.status); any other in a status file makes the
+#: directory unreadable (skipped with a warning at start, left alone by the sync).
+_STATUSES = frozenset({"queued", "building", "loading", "ready", "failed"})
 
 
 def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSchema:

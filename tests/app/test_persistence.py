@@ -163,11 +163,17 @@ def test_leftovers_and_junk_in_the_data_dir(service_factory: Any, rf: Fitted) ->
     (models / "bad-json" / "status.json").write_text("{not json")
     (models / "bad-json" / "spec.json").write_text("{}")
     (models / "stray.txt").write_text("hello")
+    # a copy of the good model's directory whose status was edited to one no model has
+    weird = models / ("f" * 32)
+    shutil.copytree(models / model_id, weird)
+    doc = json.loads((weird / "status.json").read_text())
+    (weird / "status.json").write_text(json.dumps({**doc, "id": weird.name, "status": "weird"}))
     with service_factory(data_dir=data_dir) as svc:
         assert not (models / ".tmp-deadbeef").exists() and not (models / ".trash-cafe").exists()
         listed = [m["id"] for m in svc.client.get("/v1/models").json()["models"]]
         assert listed == [model_id]
         assert svc.client.get(f"/v1/models/{model_id}").json()["status"] == "ready"
+        assert "weird" not in svc.client.get("/readyz").text
 
 
 def test_upload_writes_are_complete_or_absent(service: Service, rf: Fitted) -> None:
