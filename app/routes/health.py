@@ -3,7 +3,7 @@ the Open Inference Protocol's health routes beside cfmaps' own."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path
 from fastapi.responses import Response
@@ -23,7 +23,8 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-_LOADING = {503: {"description": "Still loading the persisted models (`Retry-After: 1`)"}}
+_LOADING: dict[int | str, dict[str, Any]] = {
+    503: {"description": "Still loading the persisted models (`Retry-After: 1`)"}}
 
 
 @router.get("/readyz", summary="Readiness: every persisted ready model has been loaded",
