@@ -171,6 +171,10 @@ def validation_details(errors: Sequence[Any]) -> list[dict[str, Any]]:
     """pydantic errors -> ``[{"field": ..., "message": ...}]`` (JSON-safe)."""
     out = []
     for e in errors:
+        if e.get("type") == "none_required" and len(errors) > 1:
+            # The null member of an optional field: "Input should be None" beside the
+            # real complaint about the value sent says nothing a client can act on.
+            continue
         field = _loc_to_field(e.get("loc", ()))
         if e.get("type") == "json_invalid":
             field = "body"

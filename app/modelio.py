@@ -30,6 +30,7 @@ broken upload always answers 4xx.
 
 from __future__ import annotations
 
+import re
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,8 +84,13 @@ def _is_skops(head: bytes) -> bool:
     return head.startswith(b"PK\x03\x04")
 
 
+#: Pickle protocols 0 and 1 have no header: an object's pickle opens with the GLOBAL opcode
+#: naming a class (``c`` module newline name newline; ``copy_reg._reconstructor`` for most)
+_OLD_PICKLE = re.compile(rb"\(?c[A-Za-z_][\w.]*\n[A-Za-z_][\w.]*\n")
+
+
 def _is_pickle(head: bytes) -> bool:
-    if head.startswith(_PICKLE_MAGICS):
+    if head.startswith(_PICKLE_MAGICS) or _OLD_PICKLE.match(head):
         return True
     return len(head) >= 2 and head[0] == 0x78 and head[1] in _ZLIB_SECOND  # zlib (joblib)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Path, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Path, Request, UploadFile
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as StarletteUploadFile
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, PayloadTooLargeError
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import ErrorResponse, ModelInfo, ModelList, parse_spec
 from ..security import require_admin, require_query
@@ -35,6 +36,14 @@ _LINKS = {
     "ModelReady": {"operationId": "v2_model_ready", "parameters": _ID},
 }
 
+#: Largest ``spec`` part, as a text field or a file (a spec of 100,000 features with long
+#: names and groups is a few MB). Starlette's own cap on a text field (1 MiB) made a big
+#: spec a 400 as text and fine as a file; the whole upload stays under
+#: ``CFMAPS_MAX_UPLOAD_BYTES`` either way.
+SPEC_MAX_BYTES = 64 << 20
+#: The parts an upload takes.
+_PARTS = ("model", "spec")
+
 _SPEC_DOC = (
     'JSON: {"name": str, "features": [{name, type: continuous|integer|binary|categorical|'
     "nominal, lower, upper, group (categorical: its one-hot group), mutable, "
@@ -52,15 +61,22 @@ _SPEC_DOC = (
         **_ERRORS,
         202: {"links": _LINKS},
         400: {"model": ErrorResponse, "description": "Malformed multipart body"},
-        413: {"model": ErrorResponse, "description": "Upload too large"},
+        413: {"model": ErrorResponse,
+              "description": "Upload too large, or its spec over 64 MiB"},
         422: {"model": ErrorResponse,
               "description": "The model file is no model the service reads (any non-empty "
                              "bytes are a valid `model` part, few are a skops, XGBoost or "
-                             "LightGBM model file), an unsupported model, or a bad spec"},
+                             "LightGBM model file), an unsupported model, a bad spec, "
+                             "or a part other than `model` and `spec` or sent twice"},
     },
     summary="Upload a model and build its counterfactual maps",
+    # One past the spec's own cap, so that a larger text field reaches the check below
+    # (413 on ``spec``) rather than Starlette's 400; a handful of parts covers a duplicate
+    # or a misspelt one, which are named below.
+    form_limits={"max_part_size": SPEC_MAX_BYTES + 1, "max_fields": 8, "max_files": 8},
 )
 async def create_model(
+    request: Request,
     registry: RegistryDep,
     builds: BuildsDep,
     model: Annotated[
@@ -78,10 +94,13 @@ async def create_model(
     """
     if not isinstance(model, StarletteUploadFile):  # a text field named "model"
         raise InvalidInputError("'model' must be a file part", "model")
+    _check_parts(await request.form())  # parsed once: FastAPI's parse is cached
     if isinstance(spec, StarletteUploadFile):
-        spec_text: str | bytes | None = await spec.read()
+        spec_text: str | bytes | None = await spec.read(SPEC_MAX_BYTES + 1)
     else:
         spec_text = spec
+    if spec_text is not None and len(spec_text) > SPEC_MAX_BYTES:
+        raise PayloadTooLargeError(f"spec is over {SPEC_MAX_BYTES >> 20} MiB", "spec")
     parsed = parse_spec(spec_text)
     # Reading and loading the file is blocking, CPU-bound work: keep it off the event loop.
     entry = await run_in_threadpool(registry.register, model.file, parsed, model.filename)
@@ -89,6 +108,19 @@ async def create_model(
     return JSONResponse(
         entry.info(), status_code=202, headers={"Location": f"/v1/models/{entry.id}"}
     )
+
+
+def _check_parts(form: FormData) -> None:
+    """Refuse a part the upload does not take, or a part sent twice, naming it: either
+    would otherwise be dropped without a word (FastAPI keeps the last of two)."""
+    names = [name for name, _ in form.multi_items()]
+    for name in names:
+        if name not in _PARTS:
+            raise InvalidInputError(
+                f"unknown part {name!r}; an upload takes 'model' (the file) and 'spec'", name)
+    for name in _PARTS:
+        if names.count(name) > 1:
+            raise InvalidInputError(f"{names.count(name)} {name!r} parts; send one", name)
 
 
 @router.get(

@@ -35,7 +35,11 @@ def _write(tmp_path: Path, data: bytes, name: str = "m.bin") -> Path:
         (b"x\x01", "pickle"),
         (b"BZh9", "pickle"),
         (b"\xfd7zXZ\x00", "pickle"),
+        (b"ccopy_reg\n_reconstructor\np0\n(csklearn", "pickle"),  # protocol 0/1
+        (b"(csklearn.ensemble._forest\nRandomForestClassifier\n", "pickle"),
         (b"xyz", None),
+        (b"c\n", None),
+        (b"certainly not\na model\n", None),
         (b"{}", None),
         (b"", None),
     ],
@@ -136,6 +140,9 @@ def test_zip_that_is_not_skops(tmp_path: Path) -> None:
 def test_pickle_and_joblib_policy(tmp_path: Path, rf: Fitted) -> None:
     files = {
         "pickle": pickle.dumps(rf.model),
+        # protocols 0 and 1 have no header byte: they open with the class's GLOBAL opcode
+        "pickle-0": pickle.dumps(rf.model, protocol=0),
+        "pickle-1": pickle.dumps(rf.model, protocol=1),
         "joblib": _joblib_bytes(tmp_path, rf, compress=0),
         "joblib-z": _joblib_bytes(tmp_path, rf, compress=3),
         "joblib-gz": _joblib_bytes(tmp_path, rf, compress=("gzip", 3)),

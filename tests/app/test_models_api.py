@@ -264,6 +264,49 @@ def test_missing_or_textual_model_part_is_422(service: Service) -> None:
     assert r.status_code == 422
 
 
+@pytest.mark.parametrize(("files", "data", "field"), [
+    ({"model": ("m.skops", b"")}, {"sepc": "{}"}, "sepc"),  # a misspelt part
+    ({"model": ("m.skops", b""), "extra": ("x", b"x")}, None, "extra"),
+    ([("model", ("a.skops", b"")), ("model", ("b.skops", b""))], None, "model"),
+    ([("model", ("a.skops", b"")), ("spec", ("s.json", b"{}"))], {"spec": "{}"}, "spec"),
+])
+def test_unknown_or_repeated_parts_are_named(
+    service: Service, rf: Fitted, files: Any, data: Any, field: str
+) -> None:
+    """A part the upload does not take, or one sent twice, was dropped without a word (of
+    two model files, the last was built)."""
+    if isinstance(files, dict):
+        files = {k: (v[0], v[1] or rf.skops) for k, v in files.items()}
+    else:
+        files = [(k, (v[0], v[1] or rf.skops)) for k, v in files]
+    r = service.client.post("/v1/models", files=files, data=data)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == field
+    assert service.client.get("/v1/models").json() == {"models": []}
+
+
+def test_a_spec_over_a_mib_is_read_as_text_or_file(
+    service: Service, rf: Fitted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starlette caps a text field at 1 MiB: a big spec was a 400 as text and fine as a
+    file. Both are read up to the spec's own cap, and refused past it as a 413 on spec."""
+    from app.routes import models
+    spec = '{"classes": ["no", "yes"]}' + " " * (3 << 19)  # 1.5 MiB
+    r = upload(service.client, rf.skops, spec)
+    assert r.status_code == 202, r.text
+    assert r.json()["classes"] == ["no", "yes"]
+    monkeypatch.setattr(models, "SPEC_MAX_BYTES", 1 << 20)
+    for part in ({"data": {"spec": spec}}, {"files_spec": ("spec.json", spec.encode())}):
+        files: dict[str, Any] = {"model": ("m.skops", rf.skops)}
+        if "files_spec" in part:
+            files["spec"] = part["files_spec"]
+        r = service.client.post("/v1/models", files=files, data=part.get("data"))
+        assert r.status_code == 413, r.text
+        assert r.json()["field"] == "spec"
+        assert "1 MiB" in r.json()["message"]
+    assert len(service.client.get("/v1/models").json()["models"]) == 1
+
+
 def test_upload_too_large_is_413(service_factory: Any, rf: Fitted) -> None:
     blob = rf.skops
     with service_factory(max_upload_bytes=len(blob) // 2) as svc:
