@@ -614,6 +614,10 @@ def _check_budgets(max_rectangles: Any, max_seconds: Any, max_memory: Any, on_bu
         raise BuildOptionsError(f"on_budget must be 'mixed' or 'error', not {on_budget!r}")
 
 
+#: Seconds between two progress reports of :func:`extract`.
+REPORT_SECONDS = 0.5
+
+
 def extract(
     ens: FlatEnsemble,
     grid: Grid,
@@ -643,7 +647,10 @@ def extract(
         out, ``on_budget="mixed"`` keeps the regions not yet resolved as mixed boxes
         (label ``MIXED``), ``"error"`` raises :class:`BudgetExceededError`.
     progress : callable, optional
-        Receives the fraction of grid cells certified so far, in [0, 1].
+        Receives, about every :data:`REPORT_SECONDS`, the share of the extraction done, in
+        [0, 1]: the larger of the grid's certified share and the share spent of the
+        rectangle (or memory) and time budgets, whichever ends the build first (a
+        budgeted build of a forest certifies a few percent of its grid), then 1.
     n_jobs : int
         Worker threads.
     labeler : callable, optional
@@ -721,14 +728,20 @@ def extract(
                     n_rect += n_out
                     done += float(np.prod((ohi - olo + 1).astype(np.float64), axis=1).sum())
                 nxt.extend((llo[i], lhi[i]) for i in range(n_left))
-                if progress is not None and time.perf_counter() - last_report > 0.5:
-                    last_report = time.perf_counter()
-                    progress(min(done / total, 1.0))
+                now = time.perf_counter()
+                if progress is not None and now - last_report > REPORT_SECONDS:
+                    last_report = now
+                    share = done / total
+                    if rect_budget is not None:
+                        share = max(share, n_rect / max(rect_budget, 1))
+                    if max_seconds is not None:
+                        share = max(share, (now - t0) / max_seconds)
+                    progress(min(share, 1.0))
             wave = nxt
             budget = item_regions
     stopped = bool(wave)
     if progress is not None:
-        progress(min(done / total, 1.0) if stopped else 1.0)
+        progress(1.0)
     if stopped:
         what = over[0] if over else "time"
         if on_budget == "error":

@@ -309,6 +309,25 @@ def test_progress_reaches_one(built):
     assert seen[-1] == 1.0
 
 
+def test_progress_follows_the_budget_that_ends_the_build(monkeypatch):
+    """A budgeted forest certifies a small share of its grid, so progress as that share sat
+    near 0 until the build ended; it follows the rectangle budget now."""
+    from sklearn.datasets import make_classification
+
+    from maps_core import partition
+
+    monkeypatch.setattr(partition, "REPORT_SECONDS", 0.0)  # a report after every item
+    X, y = make_classification(2000, 6, n_informative=4, random_state=0)
+    big = RandomForestClassifier(30, max_depth=6, random_state=0).fit(X, y)
+    seen: list[float] = []
+    maps = CounterfactualMaps.build(big, max_rectangles=20_000, n_jobs=1, progress=seen.append)
+    assert maps.stats.mixed_regions > 0
+    assert seen[-1] == 1.0 and seen == sorted(seen)
+    assert 0.5 < max(seen[:-1]) <= 1.0
+    # the fifth report and the rectangles then: the share of the budget, not of the grid
+    assert any(0.2 < v < 0.9 for v in seen[:-1])
+
+
 def test_a_full_disk_while_saving_leaves_the_old_maps_and_no_temporaries(built, tmp_path, monkeypatch):
     _, X, maps = built
     path = maps.save(tmp_path / "m")
