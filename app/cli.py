@@ -37,6 +37,7 @@ from maps_core import (
     CounterfactualMaps,
     FeatureSchema,
     MapsError,
+    check_save_path,
     load_csv,
     py_scalar,
 )
@@ -199,6 +200,7 @@ def parse_instance(text: str) -> Any:
 # Commands
 # --------------------------------------------------------------------------------------------
 def cmd_build(args: argparse.Namespace) -> int:
+    check_save_path(args.out)  # before the build, which may take minutes
     model = load_model_file(args.model, trust_pickle=args.trust_pickle)
     if args.spec is not None:
         schema: FeatureSchema | None = load_spec(args.spec)
@@ -405,7 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="columns of --data coded E: one-hot encoded as column=value (default), or one "
         "nominal column of codes, for a model with categorical splits (LightGBM, XGBoost)",
     )
-    b.add_argument("--out", required=True, metavar="DIR", help="directory to write the maps to")
+    b.add_argument("--out", required=True, metavar="DIR",
+                   help="directory to write the maps to: new, empty, or maps saved before "
+                        "(replaced); anything else is refused")
     b.add_argument("--max-seconds", type=_positive_float, metavar="S", help="time budget")
     b.add_argument(
         "--max-rectangles", type=_positive_int, metavar="N", default=DEFAULT_MAX_RECTANGLES,

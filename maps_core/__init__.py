@@ -36,6 +36,7 @@ from .exceptions import (
 from .maps import DEFAULT_MAX_RECTANGLES, CounterfactualMaps, build_maps, load_maps
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region, py_scalar
 from .schema import Feature, FeatureSchema
+from .storage import check_save_path
 
 __all__ = [
     "DEFAULT_MAX_RECTANGLES",
@@ -62,6 +63,7 @@ __all__ = [
     "UnsupportedModelError",
     "available_memory",
     "build_maps",
+    "check_save_path",
     "default_build_memory",
     "default_query_memory",
     "flatten_model",

@@ -192,7 +192,9 @@ class CounterfactualMaps:
 
     # -- persistence ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str], *, parents: bool = True) -> Path:
-        """Write the maps atomically to the directory ``path`` (replaced if it exists).
+        """Write the maps atomically to the directory ``path``, replacing maps saved there
+        before; any other file or non-empty directory there is refused with
+        :class:`ArtifactError` and left untouched (:func:`check_save_path`).
 
         Missing parent directories are created, unless ``parents=False``: then the save
         fails with ``FileNotFoundError`` when the parent is missing or goes away before

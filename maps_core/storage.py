@@ -89,9 +89,27 @@ def _compact(a: np.ndarray, ncells_max: int) -> np.ndarray:
     return a.astype(np.uint16) if ncells_max <= np.iinfo(np.uint16).max else a
 
 
+def check_save_path(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`ArtifactError` unless ``path`` may receive maps: it does not exist, or
+    it is an empty directory or maps saved before (a directory holding a manifest).
+
+    Anything else would be replaced whole: a project folder, the model file itself.
+    """
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    if path.is_dir() and ((path / MANIFEST).is_file() or not any(path.iterdir())):
+        return
+    what = "a directory that holds no maps" if path.is_dir() else "a file"
+    raise ArtifactError(f"{path} is {what} ({MANIFEST} missing): maps replace only maps; "
+                        "choose a new path or remove it first")
+
+
 def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
                   parents: bool = True) -> BuildStats:
-    """Write an artifact to directory ``path`` atomically (replacing an existing one).
+    """Write an artifact to directory ``path`` atomically, replacing maps saved there
+    before (:func:`check_save_path`: anything else there is refused with
+    :class:`ArtifactError`, untouched).
 
     ``parents=False`` requires ``path``'s parent to exist, and keeps requiring it to the
     end: a parent removed or renamed meanwhile makes the save fail with
@@ -101,6 +119,7 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
     Returns the build statistics as written, with ``bytes_on_disk`` filled in.
     """
     path = Path(path)
+    check_save_path(path)
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -159,9 +178,11 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
             with open(tmp / e["file"], "rb") as fh:
                 os.fsync(fh.fileno())
         _fsync_dir(tmp)
-        # Swap into place: move an existing artifact aside first, then rename.
+        # Swap into place: move an existing artifact aside first, then rename (checked
+        # again: the build may have taken minutes).
+        check_save_path(path)
         old = None
-        if path.exists():
+        if os.path.lexists(path):
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
             os.replace(path, old)
         os.replace(tmp, path)
@@ -312,4 +333,5 @@ def _check_consistency(ens: FlatEnsemble, grid: Grid, part: Partition, index: KD
             raise CorruptArtifactError("labels out of range")
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Artifact", "load_artifact", "save_artifact"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Artifact", "check_save_path", "load_artifact",
+           "save_artifact"]

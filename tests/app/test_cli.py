@@ -508,3 +508,25 @@ def test_a_setting_out_of_range_is_an_error_message_not_a_traceback(
     code, _, err = _run(capsys, "serve", "--port", "1", "--data-dir", str(tmp_path))
     assert code == 1
     assert err == "cfmaps: error: CFMAPS_MAX_BATCH: Input should be greater than 0\n"
+
+
+def test_build_out_never_replaces_what_is_not_maps(
+    tmp_path: Path, model_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cfmaps build --out PATH` replaced whatever PATH was: a project folder, a file, even
+    the model file being read. Now refused at once (exit 1), PATH untouched; maps built
+    before are replaced."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "code.py").write_text("precious")
+    before = model_file.read_bytes()
+    for out in (project, model_file):
+        code, _, err = _run(capsys, "build", str(model_file), "--out", str(out), "--no-progress")
+        assert code == 1
+        assert err.startswith("cfmaps: error:") and "maps replace only maps" in err
+    assert (project / "code.py").read_text() == "precious"
+    assert model_file.read_bytes() == before
+    maps_dir = tmp_path / "maps"
+    for _ in range(2):
+        code, _, err = _run(capsys, "build", str(model_file), "--out", str(maps_dir), "--no-progress")
+        assert code == 0, err

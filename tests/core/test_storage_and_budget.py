@@ -9,6 +9,7 @@ from sklearn.ensemble import RandomForestClassifier
 
 from maps_core import (
     DEFAULT_MAX_RECTANGLES,
+    ArtifactError,
     ArtifactNotFoundError,
     BudgetExceededError,
     BuildOptionsError,
@@ -49,6 +50,28 @@ def test_save_replaces_atomically_and_leaves_no_temporaries(built, tmp_path):
     maps.save(tmp_path / "m")
     maps.save(tmp_path / "m")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_save_replaces_only_maps(built, tmp_path):
+    """A save replaced whatever was at its path: a project folder, a file, the model file."""
+    _, _, maps = built
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "code.py").write_text("precious")
+    model_file = tmp_path / "model.skops"
+    model_file.write_bytes(b"PK model")
+    link = tmp_path / "link"
+    link.symlink_to(project)
+    for target in (project, model_file, link, project / "src" / "code.py"):
+        with pytest.raises(ArtifactError, match="maps replace only maps"):
+            maps.save(target)
+    assert (project / "src" / "code.py").read_text() == "precious"
+    assert model_file.read_bytes() == b"PK model" and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "model.skops", "project"]
+    (tmp_path / "empty").mkdir()
+    for target in (tmp_path / "empty", tmp_path / "new", tmp_path / "new"):  # new, then maps
+        maps.save(target)
+        assert CounterfactualMaps.load(target).stats.rectangles == maps.stats.rectangles
 
 
 def test_save_without_parents_needs_the_folder(built, tmp_path):
