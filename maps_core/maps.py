@@ -253,8 +253,9 @@ class CounterfactualMaps:
         """Class index of a class label: the one place labels are resolved.
 
         A label matches a class equal to it (``1``, ``1.0`` and ``np.int64(1)`` are class
-        1), or whose text it is (``"1"``, as a command line or a JSON client may send it);
-        a boolean matches only a boolean class (``True`` is not class 1).
+        1), or whose text it is (``"1"``, as a command line or a JSON client may send it;
+        ``"True"`` for a boolean class, as the service writes labels as keys); a boolean
+        matches only a boolean class (``True`` is not class 1).
 
         Raises
         ------
@@ -267,7 +268,7 @@ class CounterfactualMaps:
                 f"target must be a class label (a string or a number), got {target!r}", "target")
         for i, c in enumerate(self.classes):
             c = c.item() if isinstance(c, np.generic) else c
-            if isinstance(c, bool) != isinstance(t, bool):
+            if not isinstance(t, str) and isinstance(c, bool) != isinstance(t, bool):
                 continue
             if (isinstance(t, str) and str(c) == t) or (not isinstance(c, str) and c == t):
                 return i

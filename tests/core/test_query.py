@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import CounterfactualMaps, InvalidQueryError
 from maps_core.options import categories, make_options
@@ -340,3 +341,34 @@ def test_single_leaf_trees_count_in_every_search(norm, budget):
             assert res.best is not None
             assert abs(res.best.distance - want) <= 1e-9 * max(1.0, want)
             assert model.predict(res.best.x[None])[0] == maps.classes[t]
+
+
+@pytest.mark.parametrize(("labels", "target", "index"), [
+    ([False, True], "True", 1),  # the service writes labels as keys: "False", "True"
+    ([False, True], True, 1),
+    ([False, True], "False", 0),
+    ([0, 1], "1", 1),
+    ([0, 1], 1.0, 1),
+    (["a", "b"], "b", 1),
+])
+def test_a_target_is_its_label_or_the_label_s_text(labels, target, index):
+    X = np.random.default_rng(0).random((80, 2))
+    y = np.array(labels)[(X[:, 0] > 0.5).astype(int)]
+    maps = CounterfactualMaps.build(DecisionTreeClassifier(max_depth=2, random_state=0).fit(X, y))
+    assert maps.target_index(target) == index
+    res = maps.counterfactual(X[0], target=target)
+    assert res.best is not None and res.target == maps.classes[index]
+
+
+@pytest.mark.parametrize(("labels", "target"), [
+    ([0, 1], True),  # a boolean matches only a boolean class
+    ([False, True], 1),
+    ([False, True], "true"),
+    ([0, 1], "one"),
+])
+def test_a_target_no_class_matches_is_refused(labels, target):
+    X = np.random.default_rng(0).random((80, 2))
+    y = np.array(labels)[(X[:, 0] > 0.5).astype(int)]
+    maps = CounterfactualMaps.build(DecisionTreeClassifier(max_depth=2, random_state=0).fit(X, y))
+    with pytest.raises(InvalidQueryError, match="unknown class"):
+        maps.target_index(target)
