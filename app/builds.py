@@ -161,6 +161,9 @@ class BuildManager:
             entry.building_here = False
             return
         try:
+            # What a process that died while saving these maps left (the lock is ours now,
+            # so nobody else writes there): a stop during a save must not leak its folder.
+            _remove_partial_saves(self.registry.maps_dir(entry))
             if self.registry.settled_elsewhere(entry):
                 # Built by another process while queued here: the sync loads its maps.
                 log.info("model %s: built by another process meanwhile", entry.id)
@@ -340,9 +343,9 @@ def _exit_description(code: int | None) -> str:
 
 
 def _remove_partial_saves(maps_dir: Path) -> None:
-    """Remove what a killed worker was saving (the save's temporary sibling directories,
-    :func:`maps_core.storage.save_artifact`): the build lock is held, so nobody else writes
-    there."""
+    """Remove what a killed worker (of this process or of a dead one) was saving: the
+    save's temporary sibling directories (:func:`maps_core.storage.save_artifact`). The
+    caller holds the build lock, so nobody else writes there."""
     parent = maps_dir.parent
     if not parent.is_dir():
         return

@@ -317,15 +317,23 @@ def test_a_build_left_by_a_dead_process_is_taken_over(
     data = tmp_path / "shared"
     with service_factory(data_dir=data) as a:
         model_id = a.add(rf.skops)
-    # as if a builder died mid-build: 'building' on disk, nobody holds the lock
-    path = data / "models" / model_id / "status.json"
+    # as if a builder died mid-build, in its save: 'building' on disk, nobody holds the
+    # lock, the save's temporary directory (and one of the maps it replaced) left behind
+    model_dir = data / "models" / model_id
+    path = model_dir / "status.json"
     status = json.loads(path.read_text())
     status.update(status="building", progress=0.4)
     path.write_text(json.dumps(status))
+    for left in (".maps.tmp-dead1234", ".maps.old-0123abcd"):
+        (model_dir / left).mkdir()
+        (model_dir / left / "partition.lo.npy").write_bytes(b"\0" * 4096)
     with service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as api:
         assert _status(api, model_id) == "building"  # an API replica builds nothing
+        assert (model_dir / ".maps.tmp-dead1234").exists()  # nor cleans a builder's files
         with service_factory(data_dir=data, role="builder", sync_interval_seconds=0.05):
             wait_until(lambda: _status(api, model_id) == "ready")
+    # the builder that took the build over removed what the dead one left
+    assert sorted(p.name for p in model_dir.iterdir() if p.name.startswith(".maps")) == []
 
 
 def test_outdated_maps_wait_on_an_api_replica_until_the_builder_rebuilds_them(
