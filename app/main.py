@@ -143,12 +143,15 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             doc = build()
+            # a builder serves the probes alone: no request schemas (nor, maybe, components)
+            schemas = doc.get("components", {}).get("schemas", {})
             for name in ("CounterfactualRequest", "PredictRequest"):
-                props = doc["components"]["schemas"][name]["properties"]
+                if name not in schemas:
+                    continue
+                props = schemas[name]["properties"]
                 props["instances"]["maxItems"] = settings.max_batch
                 if "k" in props:
                     props["k"]["maximum"] = settings.max_k
-            schemas = doc["components"]["schemas"]
             if "MapRequest" in schemas:  # the map picture's routes are served
                 for side in ("width", "height"):
                     schemas["MapRequest"]["properties"][side]["maximum"] = settings.map_max_side

@@ -354,3 +354,15 @@ def test_outdated_maps_wait_on_an_api_replica_until_the_builder_rebuilds_them(
             wait_until(lambda: _status(api, model_id) == "ready")
         r = api.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
         assert r.status_code == 200
+
+
+def test_a_builder_documents_what_it_serves(service_factory: Callable[..., Any], tmp_path: Any) -> None:
+    """A builder serves the probes and metrics alone; its OpenAPI document was a 500 (the
+    limits were written into request schemas it does not have)."""
+    with service_factory(data_dir=tmp_path / "b", role="builder") as builder:
+        r = builder.client.get("/openapi.json")
+        assert r.status_code == 200, r.text
+        paths = set(r.json()["paths"])
+        assert "/healthz" in paths and "/readyz" in paths
+        assert not [p for p in paths if p.startswith("/v1/")]
+        assert builder.client.get("/docs").status_code == 200
