@@ -327,6 +327,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else settings.workers
     if workers < 1:
         raise CLIError("--workers must be at least 1")
+    try:  # here, as one line, rather than as a traceback from the app's start-up
+        settings.models_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"data dir {settings.data_dir}: {exc.strerror or exc}") from None
     configure_logging(settings.log_format, args.log_level)
     # log_config=None: keep the handler above (request ids, JSON) for uvicorn's loggers.
     # On SIGTERM uvicorn stops accepting, lets in-flight requests finish within the grace
@@ -371,6 +375,13 @@ def _byte_size(s: str) -> int:
         return parse_byte_size(s)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port(s: str) -> int:
+    v = int(s)
+    if not 0 <= v <= 65535:  # uvicorn would bind another port (99999 wraps to 34463)
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 0 to 65535, got {s}")
+    return v
 
 
 def _positive_int(s: str) -> int:
@@ -463,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve every model under the data directory (settings: CFMAPS_* env vars).",
     )
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
-    s.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    s.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
     s.add_argument("--data-dir", metavar="D", help="data directory (default: $CFMAPS_DATA_DIR)")
     s.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
     s.add_argument(
@@ -480,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
         "its maps in the service, serve it, and print a curl command to try.",
     )
     d.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
-    d.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    d.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
     d.add_argument(
         "--data-dir",
         metavar="D",
@@ -517,6 +528,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # do; pointing stdout at devnull keeps the interpreter's final flush from failing.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:  # after BrokenPipeError (an OSError): a path not read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}")
     return 1
 
 

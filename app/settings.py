@@ -15,8 +15,12 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from maps_core import DEFAULT_MAX_RECTANGLES, available_memory, default_build_memory
+from maps_core.options import MAX_K
 
 MiB = 1024 * 1024
+#: Largest byte budget (1 PiB): past about 6e18 a build worker's address-space limit
+#: (RLIMIT_AS, 1.5 times the budget) no longer fits the kernel's 64-bit value.
+MAX_BYTES = 1 << 50
 
 
 def parse_byte_size(text: str) -> int:
@@ -32,10 +36,12 @@ def parse_byte_size(text: str) -> int:
     number = t[:-1] if scale > 1 else t
     try:
         value = int(float(number) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; inf, or 1e400 (inf as a float)
         raise ValueError(f"not a byte size: {text!r} (try 2G, 512M or a number of bytes)") from None
     if value <= 0:
         raise ValueError(f"a byte size must be positive, got {text!r}")
+    if value > MAX_BYTES:
+        raise ValueError(f"a byte size must be at most 1024T (no machine has more), got {text!r}")
     return value
 
 
@@ -165,10 +171,10 @@ class Settings(BaseSettings):
     max_batch: int = Field(default=1000, gt=0)
     max_upload_bytes: int = Field(default=256 * MiB, gt=0)
     max_unpacked_factor: int = Field(default=20, gt=0)
-    max_k: int = Field(default=100, gt=0)
+    max_k: int = Field(default=100, gt=0, le=MAX_K)  # the engine takes no more
     query_max_boxes: int = Field(default=500_000, gt=0)
     query_max_seconds: float | None = Field(default=30.0, gt=0)
-    query_max_memory: int | None = Field(default=None, gt=0)
+    query_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)
     query_threads: int | None = Field(default=None, gt=0, le=64)
     map_max_side: int = Field(default=1024, gt=0, le=2048)
     ui: bool = True
@@ -176,13 +182,15 @@ class Settings(BaseSettings):
     build_jobs: int | None = Field(default=None, gt=0)
     build_max_seconds: float | None = Field(default=900.0, gt=0)
     build_max_rectangles: int | None = Field(default=DEFAULT_MAX_RECTANGLES, gt=0)
-    build_max_memory: int | None = Field(default=None, gt=0)
+    build_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)
     default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
     log_format: Literal["text", "json"] = "text"
     shutdown_grace_seconds: float = Field(default=30.0, gt=0)
     role: Literal["all", "api", "builder"] = "all"
     workers: int = Field(default=1, gt=0)
-    sync_interval_seconds: float = Field(default=0.5, gt=0)
+    # at least 10 ms (a pass reads every model's status: shorter keeps a core busy), at most
+    # an hour (replicas must see each other's deletes)
+    sync_interval_seconds: float = Field(default=0.5, ge=0.01, le=3600)
     rate_limit_per_minute: int | None = Field(default=None, gt=0)
     gc_freeze: bool = True
     warm_up: bool = True
@@ -196,18 +204,32 @@ class Settings(BaseSettings):
             return [t.strip() for t in v.split(",") if t.strip()]
         return v
 
+    @field_validator("query_max_seconds", "query_threads", "build_jobs", "build_max_seconds",
+                     "build_max_rectangles", "rate_limit_per_minute", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: object) -> object:
+        # CFMAPS_QUERY_MAX_SECONDS= (set but empty): None, i.e. no limit, or the computed
+        # default where there is one; as documented, instead of "not a number".
+        if isinstance(v, str) and not v.strip():
+            return None
+        return v
+
     @field_validator("build_max_memory", "query_max_memory", mode="before")
     @classmethod
     def _byte_size(cls, v: object) -> object:
-        return parse_byte_size(v) if isinstance(v, str) else v
+        if isinstance(v, str):  # empty: the computed default, as for the settings above
+            return parse_byte_size(v) if v.strip() else None
+        return v
 
     @field_validator("admin_token", mode="before")
     @classmethod
     def _blank_is_unset(cls, v: object) -> object:
         # CFMAPS_ADMIN_TOKEN="" (common in compose files) means "not configured", not
         # "the empty string is the token".
-        if isinstance(v, str) and not v.strip():
-            return None
+        # Surrounding whitespace is never part of it: a Secret made from a file written by
+        # `echo` ends in a newline, and every admin call was a 403.
+        if isinstance(v, str):
+            return v.strip() or None
         return v
 
     @property

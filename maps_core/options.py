@@ -121,6 +121,10 @@ def _by_feature(names: Sequence[str], value: Any, what: str) -> dict[int, Any]:
     return out
 
 
+#: Most counterfactuals one query may ask for (``k``).
+MAX_K = 1000
+
+
 def make_options(
     engine: SearchEngine,
     *,
@@ -135,8 +139,8 @@ def make_options(
     """Validate query options against the maps' schema (defaults from the schema)."""
     if not isinstance(norm, str) or norm not in NORMS:
         raise InvalidQueryError(f"norm must be one of {sorted(NORMS)}, got {norm!r}", "norm")
-    if not isinstance(k, int | np.integer) or isinstance(k, bool) or not 1 <= k <= 1000:
-        raise InvalidQueryError("k must be an integer between 1 and 1000", "k")
+    if not isinstance(k, int | np.integer) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        raise InvalidQueryError(f"k must be an integer between 1 and {MAX_K}", "k")
     # The schema's defaults: built once per maps, norm and k (about 0.1 ms a query), then
     # shared by every query. Custom options copy only the arrays they change, so none
     # writes the shared ones (which stay writeable: a read-only flag would make numba
@@ -313,4 +317,4 @@ def _typical_width(engine: SearchEngine, weights: np.ndarray) -> float:
     return statistics.median(ww) if ww else 1.0  # np.median costs ~50 us per query
 
 
-__all__ = ["NORM_NAMES", "QueryOptions", "categories", "make_options"]
+__all__ = ["MAX_K", "NORM_NAMES", "QueryOptions", "categories", "make_options"]

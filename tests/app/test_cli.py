@@ -367,6 +367,12 @@ def test_usage_errors(model_file: Path, capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exc:
         main([])
     assert exc.value.code == 2
+    for port in ("99999", "-1"):  # 99999 listened on 34463, -1 failed inside uvicorn
+        for command in ("serve", "demo"):
+            with pytest.raises(SystemExit) as exc:
+                main([command, "--port", port])
+            assert exc.value.code == 2
+            assert "must be a TCP port" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------
@@ -530,3 +536,24 @@ def test_build_out_never_replaces_what_is_not_maps(
     for _ in range(2):
         code, _, err = _run(capsys, "build", str(model_file), "--out", str(maps_dir), "--no-progress")
         assert code == 0, err
+
+
+def test_paths_the_cli_cannot_use_are_one_error_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    model_file: Path,
+) -> None:
+    """A data dir that is a file, and an --out nothing can be written under, were
+    tracebacks (the first as 'Application startup failed', exit 3)."""
+    a_file = tmp_path / "data"
+    a_file.write_text("not a directory")
+    code, _, err = _run(capsys, "serve", "--port", "1", "--data-dir", str(a_file))
+    assert code == 1 and err.startswith("cfmaps: error: data dir") and "Traceback" not in err
+    blocked = a_file / "maps"  # under a file: no directory can be made there
+    code, _, err = _run(capsys, "build", str(model_file), "--out", str(blocked), "--no-progress")
+    assert code == 1 and err.startswith("cfmaps: error:") and "Traceback" not in err
+    monkeypatch.setenv("CFMAPS_BUILD_MAX_MEMORY", "1e400")
+    code, _, err = _run(capsys, "serve", "--port", "1", "--data-dir", str(tmp_path / "d"))
+    assert code == 1 and err.startswith("cfmaps: error: CFMAPS_BUILD_MAX_MEMORY")
+    with pytest.raises(SystemExit) as exc:
+        main(["build", str(model_file), "--out", str(tmp_path / "m"), "--max-memory", "1e400"])
+    assert exc.value.code == 2

@@ -27,10 +27,14 @@ def test_memory_budgets_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     s = Settings()
     effective = s.effective_build_memory if field.startswith("build") else s.effective_query_memory
     assert getattr(s, field) == 3 << 30 and effective() == 3 << 30
-    for bad in ("lots", "-1G", "0"):
+    # 1e400 and inf overflowed int() (a traceback); past 1 PiB a build worker's address
+    # limit overflowed setrlimit, so every build failed "for memory"
+    for bad in ("lots", "-1G", "0", "1e400", "infG", "nan", "9000000T", str(1 << 60)):
         monkeypatch.setenv(var, bad)
         with pytest.raises(ValidationError):
             Settings()
+    monkeypatch.setenv(var, "")  # set but empty: the computed default
+    assert getattr(Settings(), field) is None
 
 
 def test_query_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -71,3 +75,38 @@ def test_gc_freeze_hides_the_startup_heap_from_the_collector(tmp_path, freeze: b
         assert (frozen > 10_000) if freeze else frozen == 0
     finally:
         gc.unfreeze()  # the rest of the test process collects as usual
+
+
+@pytest.mark.parametrize(("var", "value", "want"), [
+    ("CFMAPS_QUERY_MAX_SECONDS", "", None),  # documented: empty for no limit
+    ("CFMAPS_BUILD_MAX_SECONDS", " ", None),
+    ("CFMAPS_BUILD_MAX_RECTANGLES", "", None),
+    ("CFMAPS_RATE_LIMIT_PER_MINUTE", "", None),
+    ("CFMAPS_ADMIN_TOKEN", "adm\n", "adm"),  # a Secret from a file written by `echo`
+    ("CFMAPS_ADMIN_TOKEN", "  adm ", "adm"),
+    ("CFMAPS_ADMIN_TOKEN", "\n", None),
+    ("CFMAPS_MAX_K", "1000", 1000),
+    ("CFMAPS_SYNC_INTERVAL_SECONDS", "0.01", 0.01),
+    ("CFMAPS_SYNC_INTERVAL_SECONDS", "3600", 3600),
+])
+def test_settings_read_as_documented(monkeypatch: pytest.MonkeyPatch, tmp_path, var: str,
+                                     value: str, want: object) -> None:
+    monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(var, value)
+    s = Settings()
+    got = s.admin_secret if var == "CFMAPS_ADMIN_TOKEN" else getattr(s, var[7:].lower())
+    assert got == want
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("CFMAPS_MAX_K", "1001"),  # the engine answers at most 1,000 a query
+    ("CFMAPS_SYNC_INTERVAL_SECONDS", "1e-9"),  # an idle process kept half a core busy
+    ("CFMAPS_SYNC_INTERVAL_SECONDS", "inf"),  # replicas never saw each other's deletes
+    ("CFMAPS_SYNC_INTERVAL_SECONDS", "3601"),
+])
+def test_settings_out_of_range_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path, var: str,
+                                           value: str) -> None:
+    monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValidationError):
+        Settings()
