@@ -56,6 +56,7 @@ from .lazy import (
 )
 from .options import QueryOptions
 from .partition import MIXED, refine_region
+from .schema import MAX_COST_EXPONENT
 
 
 # --------------------------------------------------------------------------------------
@@ -719,6 +720,37 @@ def _cost_range(w, mag, A, lower, upper, immutable, gcost, gcol):
     return low, top
 
 
+def _too_costly(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, free: np.ndarray,
+                span: np.ndarray, bounds: np.ndarray) -> InvalidQueryError:
+    """The error for a cost past ``2**MAX_COST_EXPONENT``, naming what makes it so: a
+    group's switching cost, a row's value (past every split and bound of its feature), a
+    constraint bound, or else the feature's weight."""
+    g_exp = np.frexp(opts.gcost)[1]
+    f_exp = np.where(free, np.frexp(opts.weights)[1] + np.frexp(span)[1], np.iinfo(np.int64).min)
+    names = engine.feature_names
+    if opts.gcost.size and (opts.gcost > 0).any() and g_exp[opts.gcost > 0].max() >= f_exp.max():
+        g = int(np.argmax(np.where(opts.gcost > 0, g_exp, np.iinfo(np.int64).min)))
+        name = opts.group_names[g]
+        return InvalidQueryError(
+            f"the cost of switching {name!r} ({opts.gcost[g]:g}) passes float64's range for "
+            "distances (about 1e301); use a smaller cost", f"group_costs.{name}")
+    f = int(np.argmax(f_exp))
+    w = float(opts.weights[f])
+    row_big = np.abs(A[:, f])
+    if row_big.max() * 2.0 >= span[f]:  # a row's own value sets the span
+        i = int(np.argmax(row_big))
+        return InvalidQueryError(
+            f"{names[f]} = {A[i, f]:g}, at weight {w:g}, makes moves too costly to measure in "
+            "float64 (past about 1e301)", names[f], row=i)
+    if bounds[f] * 2.0 >= span[f]:
+        return InvalidQueryError(
+            f"bounds on {names[f]} force moves too costly to measure in float64 at weight "
+            f"{w:g} (past about 1e301)", f"bounds.{names[f]}")
+    return InvalidQueryError(
+        f"weight {w:g} on {names[f]} makes moves too costly to measure in float64 (past about "
+        "1e301); use a smaller weight", f"weights.{names[f]}")
+
+
 def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tuple[QueryOptions, int]:
     """Options whose weighted costs the kernels can add up without overflow or underflow
     for the rows of ``A`` (shape (n, m), validated), and the binary exponent ``e`` such
@@ -773,9 +805,8 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
             f"by more than 2**{_L2_SPREAD_EXP} (about 1e120), and squared, the smaller costs "
             "would vanish next to the larger; use l1 or linf, or weights nearer 1/range",
             "weights")
-    if e_top > 1000:
-        raise InvalidQueryError("weights x feature values exceed float64's range (about "
-                                "1e301); use smaller weights", "weights")
+    if e_top > MAX_COST_EXPONENT:
+        raise _too_costly(engine, opts, A, free, span, bounds)
     if -_EXACT_EXP <= e_top <= _EXACT_EXP and not (l0 and abs(e_top) > _L0_EXP):
         return opts, 0
     positive = np.concatenate([w[free], opts.gcost[opts.gcost > 0]])

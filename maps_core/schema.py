@@ -29,6 +29,22 @@ FEATURE_TYPES = ("continuous", "integer", "binary", "categorical", "nominal")
 DIRECTIONS = ("any", "increase", "decrease")
 
 
+#: Binary exponent past which a weighted move ``w * |x' - x|`` is not measured: the search
+#: adds such costs up (and squares them for l2, after a scale by a power of two), so a
+#: weight times a feature's magnitude must stay below ``2**MAX_COST_EXPONENT``.
+MAX_COST_EXPONENT = 1000
+
+
+def _measurable(w: float, lo: float, hi: float) -> bool:
+    """Whether ``w`` times twice the largest finite end of ``[lo, hi]`` (the longest move
+    within the bounds) stays below ``2**MAX_COST_EXPONENT``. Exponents, since the product
+    may overflow where the factors do not."""
+    big = max((abs(v) for v in (lo, hi) if math.isfinite(v)), default=0.0)
+    if w == 0 or big == 0:
+        return True
+    return math.frexp(w)[1] + math.frexp(big)[1] + 1 <= MAX_COST_EXPONENT
+
+
 def _real(v: int | float) -> float:
     """``v`` as a float64; an integer past its range is infinite (and so refused where a
     finite number is due) rather than an ``OverflowError``."""
@@ -145,7 +161,13 @@ class Feature:
     def default_weight(self) -> float:
         """Cost per unit change used when a query gives no weight."""
         if self.weight is not None:
-            return float(self.weight)
+            w = float(self.weight)
+            if self.type != "nominal" and not _measurable(w, *self.domain()):
+                raise SchemaError(
+                    f"feature {self.name!r}: weight {w:g} times its values (up to "
+                    f"{max(map(abs, self.domain())):g}) passes float64's range for distances "
+                    "(about 1e301); declare a smaller weight")
+            return w
         if self.type == "nominal":
             return 1.0  # a switch, as a one-hot group's default cost
         lo, hi = self.domain()

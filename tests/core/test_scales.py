@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import CounterfactualMaps, InvalidQueryError
 
@@ -81,7 +82,53 @@ def test_costs_beyond_float64_are_refused(forest):
     t = 1 - int(model.predict(X[:1])[0])
     with pytest.raises(InvalidQueryError) as err:
         all_maps[0].counterfactual(X[0], t, norm="l1", weights=[1e305, 1e305, 1e305])
-    assert err.value.field == "weights"
+    assert err.value.field.startswith("weights.")  # the weight at fault, by name
+
+
+def test_the_cost_past_float64_is_named_where_it_comes_from():
+    """Every cost past float64's range was blamed on 'weights, use smaller weights', even
+    with no weights sent: a row's value, a group's switching cost or a bound may be it."""
+    from maps_core import Feature, FeatureSchema
+
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.random(200), rng.integers(0, 2, 200), 0.0 * rng.random(200)])
+    X[:, 2] = 1 - X[:, 1]
+    y = (X[:, 0] + X[:, 1] > 1).astype(int)
+    schema = FeatureSchema((Feature("u"), Feature("c=a", "categorical", group="c"),
+                            Feature("c=b", "categorical", group="c")))
+    # compares in float64 (a float32 model refuses values past 3.4e38 before any cost)
+    model = HistGradientBoostingClassifier(max_iter=3, min_samples_leaf=5).fit(X, y)
+    maps = CounterfactualMaps.build(model, schema)
+    x = X[0].copy()
+    t = 1 - int(model.predict(x[None])[0])
+    far = x.copy()
+    far[0] = 1e305
+    cases = [({"x": far}, "u", 0), ({"x": np.vstack([x, far])}, "u", 1),
+             ({"group_costs": {"c": 1e305}}, "group_costs.c", None),
+             ({"bounds": {"u": [1e305, None]}}, "bounds.u", None),
+             ({"weights": {"u": 1e305}}, "weights.u", None)]
+    for opts, field, row in cases:
+        A = opts.pop("x", x)
+        with pytest.raises(InvalidQueryError, match="float64") as err:
+            if A.ndim == 2:
+                maps.counterfactuals(A, t, norm="l1", **opts)
+            else:
+                maps.counterfactual(A, t, norm="l1", **opts)
+        assert (err.value.field, err.value.row) == (field, row), opts
+
+
+def test_a_declared_weight_too_large_for_its_bounds_is_refused_at_build():
+    """A spec weight of 1e300 on a feature bounded by 100 was accepted, then every query
+    was refused for 'weights' the client never sent."""
+    from maps_core import Feature, FeatureSchema, SchemaError
+
+    X = np.random.default_rng(0).random((50, 1)) * 100
+    model = DecisionTreeClassifier(max_depth=2, random_state=0).fit(X, X[:, 0] > 50)
+    with pytest.raises(SchemaError, match="weight") as err:
+        CounterfactualMaps.build(model, FeatureSchema((Feature("a", upper=100, weight=1e300),)))
+    assert err.value.feature == 0
+    ok = CounterfactualMaps.build(model, FeatureSchema((Feature("a", upper=100, weight=1e290),)))
+    assert ok.counterfactual(np.array([10.0]), True).feasible
 
 
 @pytest.mark.parametrize("norm", NORMS)
