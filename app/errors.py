@@ -176,9 +176,15 @@ def validation_details(errors: Sequence[Any]) -> list[dict[str, Any]]:
             # real complaint about the value sent says nothing a client can act on.
             continue
         field = _loc_to_field(e.get("loc", ()))
+        message = str(e.get("msg", "invalid value"))
         if e.get("type") == "json_invalid":
             field = "body"
-        out.append({"field": field, "message": str(e.get("msg", "invalid value"))})
+        elif tuple(e.get("loc", ())) == ("body",):
+            # the body as a whole: empty, a JSON array or null, or not sent as JSON (curl's
+            # -d without a content type is a form); pydantic's words name its internals
+            field = "body"
+            message = "must be a JSON object, sent with Content-Type: application/json"
+        out.append({"field": field, "message": message})
     return out
 
 

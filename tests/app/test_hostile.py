@@ -98,14 +98,14 @@ def _raw(svc: Service, model_id: str, text: str, path: str = "counterfactuals") 
         ('{"instance": {"\\ud800": 1}}', 422, None),
         ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "target": "\\udfff"}', 422, "target"),
         ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "weights": {"\\ud800": 1}}', 422, None),
-        ("[1, 2, 3]", 422, None),
-        ('"just a string"', 422, None),
-        ("null", 422, None),
+        ("[1, 2, 3]", 422, "body"),
+        ('"just a string"', 422, "body"),
+        ("null", 422, "body"),
         ("{not json", 422, "body"),
         # json.loads fails otherwise: past the 4,300-digit limit, nested too deep
         ('{"instance": [' + "9" * 5000 + ', 0.2, 0.3, 0.4, 0.5]}', 422, "body"),
         ('{"instance": ' + "[" * 3000 + "]" * 3000 + "}", 422, "body"),
-        ("", 422, None),
+        ("", 422, "body"),
         ("[" * 50_000 + "]" * 50_000, 413, "body"),
     ],
 )
@@ -139,6 +139,25 @@ def test_predict_rejects_the_same_inputs(strict_service: Any) -> None:
     ]:
         r = _raw(svc, model_id, text, "predict")
         assert r.status_code == 422 and r.json()["field"] == field, r.text
+
+
+@pytest.mark.parametrize("path", ["counterfactuals", "predict"])
+@pytest.mark.parametrize(("content", "ctype"), [
+    ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5]}', "text/plain"),  # JSON, not sent as JSON
+    ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5]}', "application/x-www-form-urlencoded"),  # curl -d
+    ("", "application/json"),
+    ("null", "application/json"),
+])
+def test_a_body_that_is_no_json_object_names_the_body(strict_service: Any, path: str,
+                                                      content: str, ctype: str) -> None:
+    """These were 422s with field null and pydantic's 'a valid dictionary or object to
+    extract fields from'."""
+    svc, model_id = strict_service
+    r = svc.client.post(f"/v1/models/{model_id}/{path}", content=content.encode(),
+                        headers={"content-type": ctype})
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "body"
+    assert "application/json" in r.json()["message"]
 
 
 def test_values_beyond_float32_are_refused_with_the_reason(strict_service: Any) -> None:
