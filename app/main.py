@@ -114,6 +114,34 @@ class BodyLimitMiddleware:
         await self.app(scope, limited, send)
 
 
+class HeadAsGetMiddleware:
+    """Answer ``HEAD`` as the ``GET`` of the same path, headers only (RFC 9110, 9.3.2:
+    servers support HEAD wherever they support GET).
+
+    FastAPI routes take only the methods they name, so the probes, ``/metrics`` and the
+    model routes answered HEAD with 405, and load balancers and uptime monitors probe with
+    it. A ``HEAD`` route of its own would repeat every GET's operation id in OpenAPI. A path
+    without GET answers 405 as GET would, naming its methods.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return  # the body's parts go nowhere; Content-Length stays the GET's
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
 def _content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
@@ -296,6 +324,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Innermost of ours: the query routes' happy path without FastAPI's generic request
         # handling (app/routes/lean.py); body limit, metrics and request id as for any route.
         app.add_middleware(LeanDispatch, routers=[counterfactuals.router])
+    app.add_middleware(HeadAsGetMiddleware)
     # Added last = outermost: metrics also count the 413s answered by the body limit, and
     # every answer, 413s included, carries its request id.
     app.add_middleware(errors.CatchAllMiddleware)  # inside the two below: a 500 is counted, has an id

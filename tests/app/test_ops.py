@@ -129,3 +129,23 @@ def test_a_failed_warm_up_does_not_keep_the_service_from_ready(
         r = svc.client.post(f"/v1/models/{mid}/counterfactuals",
                             json={"instance": rf.X[0].tolist()})
         assert r.status_code == 200, r.text
+
+
+def test_head_is_the_get_without_its_body(rf_service: Any) -> None:
+    """HEAD on the probes, /metrics and the model routes was a 405 (load balancers and
+    uptime monitors probe with HEAD)."""
+    svc, model_id = rf_service
+    c = svc.client
+    for path in ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready", "/metrics",
+                 "/v1/models", f"/v1/models/{model_id}", "/v1/models/nope", "/openapi.json",
+                 "/ui"):
+        got, head = c.get(path), c.head(path)
+        assert head.status_code == got.status_code, path
+        assert head.content == b"", path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+        if path != "/metrics":  # its counters move between the two requests
+            assert head.headers["content-length"] == got.headers["content-length"], path
+        assert head.headers["x-request-id"], path
+    # a path without GET: 405 naming its methods, as a GET is told
+    r = c.head(f"/v1/models/{model_id}/counterfactuals")
+    assert r.status_code == 405 and "POST" in r.headers["allow"] and r.content == b""
