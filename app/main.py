@@ -187,9 +187,54 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
                 for param in get["parameters"]:
                     if param["name"] in ("width", "height"):
                         param["schema"]["maximum"] = settings.map_max_side
-        return app.openapi_schema or doc
+            _document_conventions(doc, settings)
+            app.openapi_schema = doc
+        return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
+    """What the route declarations cannot say, written into the OpenAPI document ``doc``.
+
+    * The bearer token: a scheme, and on each operation that answers 401, required where
+      this service requires it (management with ``CFMAPS_ADMIN_TOKEN`` set, queries with
+      ``CFMAPS_API_TOKENS`` set), else optional (the empty alternative ``{}``: management
+      from loopback clients, open query routes).
+    * Every 422 is an :class:`~app.schemas.ErrorResponse` (FastAPI documents its own
+      ``HTTPValidationError``, a shape this service never sends).
+    * 429 and 503 carry ``Retry-After``.
+    * ``/metrics`` answers Prometheus' text format.
+    """
+    comps = doc.setdefault("components", {})
+    schemes = comps.setdefault("securitySchemes", {})
+    schemes["bearer"] = {"type": "http", "scheme": "bearer",
+                         "description": "CFMAPS_ADMIN_TOKEN for model management, one of "
+                                        "CFMAPS_API_TOKENS (or the admin token) for queries"}
+    error_ref = {"$ref": "#/components/schemas/ErrorResponse"}
+    retry = {"Retry-After": {"description": "Seconds to wait before asking again",
+                             "schema": {"type": "integer"}}}
+    for path, item in doc.get("paths", {}).items():
+        for method, op in item.items():
+            responses = op.get("responses", {})
+            if "401" in responses:
+                admin = (method, path) in (("post", "/v1/models"),
+                                           ("delete", "/v1/models/{model_id}"))
+                required = bool(settings.admin_token) if admin else bool(settings.api_tokens)
+                op["security"] = [{"bearer": []}] if required else [{}, {"bearer": []}]
+            if "422" in responses:
+                content = responses["422"].setdefault("content", {})
+                content["application/json"] = {"schema": error_ref}
+            for code in ("429", "503"):
+                if code in responses:
+                    responses[code].setdefault("headers", {}).update(retry)
+    metrics = doc.get("paths", {}).get("/metrics", {}).get("get")
+    if metrics is not None:
+        metrics["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    schemas = comps.get("schemas", {})
+    if not any("HTTPValidationError" in json.dumps(op) for op in doc.get("paths", {}).values()):
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
 
 
 def _freeze_heap() -> None:

@@ -71,9 +71,9 @@ _SPEC_DOC = (
     },
     summary="Upload a model and build its counterfactual maps",
     # One past the spec's own cap, so that a larger text field reaches the check below
-    # (413 on ``spec``) rather than Starlette's 400; a handful of parts covers a duplicate
-    # or a misspelt one, which are named below.
-    form_limits={"max_part_size": SPEC_MAX_BYTES + 1, "max_fields": 8, "max_files": 8},
+    # (413 on ``spec``) rather than Starlette's 400. (Extra parts, up to Starlette's 1,000,
+    # are named by _check_parts.)
+    form_limits={"max_part_size": SPEC_MAX_BYTES + 1},
 )
 async def create_model(
     request: Request,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -109,6 +110,24 @@ def test_openapi_documents_the_routes(service: Any) -> None:
     cf = paths["/v1/models/{model_id}/counterfactuals"]["post"]
     assert {"404", "409", "413", "422"} <= set(cf["responses"])
     assert "CounterfactualRequest" in doc["components"]["schemas"]
+    # what the routes cannot declare (were missing: no token scheme, FastAPI's own 422
+    # shape, no Retry-After, /metrics as JSON)
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    # this service has no tokens: management from loopback, queries open
+    assert paths["/v1/models"]["post"]["security"] == [{}, {"bearer": []}]
+    assert cf["security"] == [{}, {"bearer": []}]
+    assert "security" not in paths["/healthz"]["get"]
+    text = json.dumps(doc)
+    assert "HTTPValidationError" not in text
+    for path, item in paths.items():
+        for method, op in item.items():
+            for code, resp in op["responses"].items():
+                if code == "422":
+                    schema = resp["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorResponse"}, (path, method)
+                if code in ("429", "503"):
+                    assert "Retry-After" in resp["headers"], (path, method, code)
+    assert list(paths["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
 
 
 def test_a_failed_warm_up_does_not_keep_the_service_from_ready(
@@ -149,3 +168,15 @@ def test_head_is_the_get_without_its_body(rf_service: Any) -> None:
     # a path without GET: 405 naming its methods, as a GET is told
     r = c.head(f"/v1/models/{model_id}/counterfactuals")
     assert r.status_code == 405 and "POST" in r.headers["allow"] and r.content == b""
+
+
+def test_openapi_requires_the_tokens_this_service_requires(service_factory: Any) -> None:
+    with service_factory(admin_token="adm", api_tokens=["q"]) as svc:
+        paths = svc.client.get("/openapi.json").json()["paths"]
+    assert paths["/v1/models"]["post"]["security"] == [{"bearer": []}]
+    assert paths["/v1/models/{model_id}"]["delete"]["security"] == [{"bearer": []}]
+    assert paths["/v1/models/{model_id}/counterfactuals"]["post"]["security"] == [{"bearer": []}]
+    with service_factory(admin_token="adm") as svc:
+        paths = svc.client.get("/openapi.json").json()["paths"]
+    assert paths["/v1/models"]["post"]["security"] == [{"bearer": []}]
+    assert paths["/v1/models/{model_id}/predict"]["post"]["security"] == [{}, {"bearer": []}]
