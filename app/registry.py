@@ -987,4 +987,12 @@ def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:
         )
     if len(set(spec.classes)) != len(spec.classes):
         raise InvalidInputError("spec.classes contains duplicate names", "spec.classes")
+    # Queries may name a class by display name or by label, display names first: a name
+    # that is another class's label would make that label mean the other class.
+    texts = [str(v) for v in labels]
+    for i, name in enumerate(spec.classes):
+        if name in texts and texts.index(name) != i:
+            raise InvalidInputError(
+                f"spec.classes.{i} is {name!r}, the label of another class (classes "
+                f"{labels}): a target {name!r} would be ambiguous", f"spec.classes.{i}")
     return list(spec.classes)

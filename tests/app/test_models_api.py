@@ -119,6 +119,11 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
         ('{"classes": ["only-one"]}', "spec.classes"),
         ('{"classes": ["a", "a"]}', "spec.classes"),
         ('{"classes": [1, 2]}', "spec.classes.0"),
+        # another class's label as a display name: target "1" would mean label 0
+        ('{"classes": ["1", "0"]}', "spec.classes.0"),
+        # weight x the feature's largest value past float64's range for distances
+        ('{"features": [{"name": "a", "upper": 100, "weight": 1e300}, {"name": "b"}, '
+         '{"name": "c"}, {"name": "d"}, {"name": "e"}]}', "spec.features.0"),
         ('{"name": 5}', "spec.name"),
         (
             '{"features": [{"name": "a", "lower": NaN}, {"name": "b"}, {"name": "c"}, '
@@ -163,6 +168,11 @@ def test_malformed_spec_is_422(service: Service, rf: Fitted, spec: str, field: s
     assert r.json()["field"] == field, r.json()
     assert r.json()["message"]
     assert list((service.settings.models_dir).iterdir()) == []  # nothing left behind
+
+
+def test_a_class_may_be_displayed_as_its_own_label(service: Service, rf: Fitted) -> None:
+    r = upload(service.client, rf.skops, '{"classes": ["0", "approved"]}')
+    assert r.status_code == 202, r.text
 
 
 def test_unsupported_models_are_422_with_the_engines_message(service: Service, rf: Fitted) -> None:
