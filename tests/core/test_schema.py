@@ -84,8 +84,12 @@ def test_a_range_the_default_weight_cannot_measure_is_refused_at_build(bounds):
     with pytest.raises(SchemaError, match="declare a weight") as err:
         CounterfactualMaps.build(HistGradientBoostingClassifier(max_iter=3).fit(X, y), schema)
     assert err.value.feature == 1
-    weighted = FeatureSchema((Feature("a"), Feature("b", lower=bounds[0], upper=bounds[1], weight=1.0)))
-    assert weighted.default_weights().tolist() == [1.0, 1.0]
+    # a declared weight measures it (small enough that moves across +-1e308 stay finite:
+    # weight 1 there is refused too, see test_scales)
+    weighted = FeatureSchema((Feature("a"), Feature("b", lower=bounds[0], upper=bounds[1],
+                                                    weight=1e-10)))
+    assert weighted.default_weights().tolist() == [1.0, 1e-10]
+    CounterfactualMaps.build(HistGradientBoostingClassifier(max_iter=3).fit(X, y), weighted)
 
 
 def test_the_default_weight_is_one_over_the_range_to_the_bit():
