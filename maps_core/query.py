@@ -672,10 +672,14 @@ _EXACT_EXP = 200
 #: scaled feature must still square to a normal float, so the features' scales may differ
 #: by at most 2**_L2_SPREAD_EXP.
 _L2_SPREAD_EXP = 400
+#: Where l2's largest cost is put when costs are scaled down: its square, 2**1000, and a
+#: sum of such squares stay finite.
+_L2_TOP_EXP = 500
 #: l0 folds its tie-break, the weighted l1, into the key as ``changes + l1 / (1 + l1)``
 #: (:func:`maps_core._norms.key`), which tells l1 values apart only near unit size: past
 #: about 1e16 they all round to the same key, and below about 1e-16 they vanish next to
-#: the count. So l0's costs are scaled to a largest cost within 2**+-_L0_EXP.
+#: the count. So l0's costs are scaled to put the middle of the costs an answer may pay
+#: within 2**+-_L0_EXP (:func:`_l0_exponent`).
 _L0_EXP = 8
 
 
@@ -763,7 +767,7 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     weights or values far from 1 (1e200, 1e-170), l2's squares overflowed to inf (a
     counterfactual reported infeasible) or underflowed to 0 (a distance of 0, the wrong
     point). l0's tie-break, the weighted l1, is folded into its key and told apart only
-    near unit size: its costs are scaled to a largest cost within ``2**+-_L0_EXP``.
+    near unit size: its costs are scaled around the middle of those an answer may pay.
     Scaling every cost by the same power of two changes no comparison and no
     rounding, so answers stay those of the caller's weights.
 
@@ -782,7 +786,7 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     l0 = opts.norm_code == L0
     if (2.0 ** -_EXACT_EXP <= low and top <= 2.0 ** _EXACT_EXP
             and (opts.norm_code != L2 or top / low <= 2.0 ** _L2_SPREAD_EXP)
-            and (not l0 or 2.0 ** -_L0_EXP <= top <= 2.0 ** _L0_EXP)):
+            and (not l0 or (2.0 ** -_L0_EXP <= low and top <= 2.0 ** _L0_EXP))):
         return opts, 0  # the common case, in a few microseconds
     with np.errstate(over="ignore"):
         outside = np.any((A < opts.lower) | (A > opts.upper), axis=0)
@@ -807,10 +811,22 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
             "weights")
     if e_top > MAX_COST_EXPONENT:
         raise _too_costly(engine, opts, A, free, span, bounds)
-    if -_EXACT_EXP <= e_top <= _EXACT_EXP and not (l0 and abs(e_top) > _L0_EXP):
+    e = e_top
+    if l0:
+        e = _l0_exponent(engine, opts, free, outside, span, e_top)
+        if abs(e) <= _L0_EXP:
+            return opts, 0
+    elif -_EXACT_EXP <= e_top <= _EXACT_EXP:
         return opts, 0
+    elif opts.norm_code == L2 and e_top > 0:
+        # l2 squares the costs: the largest at 2**_L2_TOP_EXP (its square well inside
+        # float64), not at 1, so that moves 2**500 smaller still square to normal floats
+        # (scaled to 1, a feature splitting near 5e299 made a move of 0.69 square to 0)
+        e = max(e_top - _L2_TOP_EXP, 0)
+        if e == 0:
+            return opts, 0
     positive = np.concatenate([w[free], opts.gcost[opts.gcost > 0]])
-    if e_top < 0 and positive.size and int(np.frexp(positive)[1].max()) - e_top > 1000:
+    if e < 0 and positive.size and int(np.frexp(positive)[1].max()) - e > 1000:
         # scaled up to a unit size, the weights themselves would pass float64's range
         raise InvalidQueryError(
             "the costs of these moves (weight x feature value, at most about "
@@ -821,9 +837,26 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     # finite, so that it times a zero move stays zero
     big = np.finfo(np.float64).max
     with np.errstate(over="ignore"):
-        return replace(opts, weights=np.minimum(np.ldexp(w, -e_top), big),
-                       gcost=np.minimum(np.ldexp(opts.gcost, -e_top), big),
-                       scale=float(min(np.ldexp(opts.scale, -e_top), big))), e_top
+        return replace(opts, weights=np.minimum(np.ldexp(w, -e), big),
+                       gcost=np.minimum(np.ldexp(opts.gcost, -e), big),
+                       scale=float(min(np.ldexp(opts.scale, -e), big))), e
+
+
+def _l0_exponent(engine: SearchEngine, opts: QueryOptions, free: np.ndarray,
+                 outside: np.ndarray, span: np.ndarray, e_top: int) -> int:
+    """The power of two l0's costs are scaled by: the middle, in binary exponents, of the
+    costs an answer may pay, so that its tie-break (the weighted l1, folded into the key as
+    ``changes + l1 / (1 + l1)``) tells apart l1 values from about ``2**-50`` to ``2**50``
+    of that middle. A feature no split cuts (no finite cell bound) that no bound forces to
+    move never moves in an answer and does not count (a constant column at weight 1e20
+    had set the scale, and every real move vanished from the key). At most ``2**900``
+    below the largest cost, so that no scaled cost overflows."""
+    movable = free & ((engine.grid.magnitudes > 0) | outside)
+    exps = np.concatenate([np.frexp(opts.weights[movable])[1] + np.frexp(span[movable])[1],
+                           np.frexp(opts.gcost[opts.gcost > 0])[1]]).astype(np.int64)
+    if not exps.size:
+        return e_top
+    return max((int(exps.max()) + int(exps.min())) // 2, e_top - 900)
 
 
 def _in_callers_units(out: SearchOutput, norm: int, e: int) -> SearchOutput:

@@ -200,3 +200,51 @@ def test_l0_breaks_ties_by_weighted_l1_at_any_scale(scale):
         l0 = maps.counterfactual(x, 1, norm="l0", weights=w).best
         assert l0.distance == 1.0
         assert np.sum(w * np.abs(l0.x - x)) == pytest.approx(l1.distance, rel=1e-9)
+
+
+def test_l0_breaks_ties_by_weighted_l1_beside_a_heavy_feature():
+    """l0's costs were scaled by the largest one conceivable: a constant column at weight
+    1e20 (no split, never moves), or a split feature in raw units up to 1e18, set it, every
+    real move vanished from the tie-break, and a one-change answer 1,000x costlier than the
+    least came back (QA helper)."""
+    from sklearn.tree import DecisionTreeClassifier as Tree
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(600, 3))
+    X[:, 2] = 7.0
+    y = ((X[:, 0] > 1.0) | (X[:, 1] > 0.1)).astype(int)
+    cases = [(Tree(max_depth=3, random_state=0).fit(X, y), np.array([0.0, 0.0, 7.0]),
+              np.array([100.0, 1.0, 1e20]))]
+    X2 = X.copy()
+    X2[:, 2] = rng.uniform(0, 1e18, 600)
+    y2 = ((X2[:, 0] > 1.0) | (X2[:, 1] > 0.1) | (X2[:, 2] > 9.5e17)).astype(int)
+    cases.append((Tree(max_depth=4, random_state=0).fit(X2, y2), np.array([0.0, 0.0, 1e17]),
+                  np.array([100.0, 1.0, 1.0])))
+    for model, x, w in cases:
+        maps = CounterfactualMaps.build(model)
+        l1 = maps.counterfactual(x, 1, norm="l1", weights=w).best
+        l0 = maps.counterfactual(x, 1, norm="l0", weights=w).best
+        assert l0.distance == 1
+        assert float(np.sum(w * np.abs(l0.x - x))) == pytest.approx(l1.distance, rel=1e-9)
+
+
+def test_l2_measures_small_moves_beside_splits_near_float64s_end():
+    """Splits near +-5e299 set l2's scale: scaled so that the largest cost was 1, the
+    answer's moves of about 0.5 squared to 0 and its distance came back as 0 (QA helper)."""
+    import lightgbm as lgb  # a test dependency: float64 splits where float32 has none
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, size=(400, 2))
+    y = ((X[:, 0] > 0.5) & (X[:, 1] > 0.5)).astype(int)
+    X[:20, 0], X[20:40, 0], X[40:60, 1], X[60:80, 1] = 1e300, -1e300, 1e300, -1e300
+    y[:80] = 1
+    m = lgb.LGBMClassifier(n_estimators=5, num_leaves=8, min_child_samples=3, verbose=-1,
+                           random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(m)
+    assert maps.grid.magnitudes.min() > 1e299
+    x = np.zeros(2)
+    for norm in ("l1", "l2", "linf"):
+        best = maps.counterfactual(x, 1, norm=norm).best
+        d = np.abs(best.x - x)
+        want = {"l1": d.sum(), "l2": float(np.hypot(*d)), "linf": d.max()}[norm]
+        assert 0.4 < best.distance == pytest.approx(want, rel=1e-9), norm
+        assert m.predict(best.x[None])[0] == 1
