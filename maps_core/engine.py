@@ -161,8 +161,14 @@ def _widths(g: Grid, schema: FeatureSchema) -> np.ndarray:
         v = np.concatenate([g.thresholds(f), [g.dom_lower[f], g.dom_upper[f]]])
         v = v[np.isfinite(v)]
         if v.size:
-            width[f] = v.max() - v.min()
+            # halves first: bounds of +-1e308 overflow the difference to inf (the first
+            # deepening bound's scale with it); such a range is float64's largest value wide
+            half = 0.5 * v.max() - 0.5 * v.min()
+            width[f] = 2.0 * half if half <= _HALF_MAX else _HALF_MAX * 2.0
     return width
+
+
+_HALF_MAX = float(np.finfo(np.float64).max) / 2
 
 
 __all__ = ["SearchEngine", "SearchPace"]

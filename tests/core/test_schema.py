@@ -4,6 +4,7 @@ feature (its position too, for a caller that names the field), never a bare erro
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -89,7 +90,11 @@ def test_a_range_the_default_weight_cannot_measure_is_refused_at_build(bounds):
     weighted = FeatureSchema((Feature("a"), Feature("b", lower=bounds[0], upper=bounds[1],
                                                     weight=1e-10)))
     assert weighted.default_weights().tolist() == [1.0, 1e-10]
-    CounterfactualMaps.build(HistGradientBoostingClassifier(max_iter=3).fit(X, y), weighted)
+    model = HistGradientBoostingClassifier(max_iter=3).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the range's width overflowed to inf
+        maps = CounterfactualMaps.build(model, weighted)
+    assert np.isfinite(maps.engine.widths).all()
 
 
 def test_the_default_weight_is_one_over_the_range_to_the_bit():
