@@ -724,16 +724,19 @@ def _cost_range(w, mag, A, lower, upper, immutable, gcost, gcol):
     return low, top
 
 
-def _too_costly(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, free: np.ndarray,
-                span: np.ndarray, bounds: np.ndarray) -> InvalidQueryError:
+#: An exponent that never wins a max (a cost that does not count).
+_NO_EXP = np.iinfo(np.int64).min
+
+
+def _too_costly(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: np.ndarray,
+                g_exp: np.ndarray, span: np.ndarray, bounds: np.ndarray) -> InvalidQueryError:
     """The error for a cost past ``2**MAX_COST_EXPONENT``, naming what makes it so: a
     group's switching cost, a row's value (past every split and bound of its feature), a
-    constraint bound, or else the feature's weight."""
-    g_exp = np.frexp(opts.gcost)[1]
-    f_exp = np.where(free, np.frexp(opts.weights)[1] + np.frexp(span)[1], np.iinfo(np.int64).min)
+    constraint bound, or else the feature's weight. ``f_exp`` and ``g_exp`` are the cost
+    exponents of :func:`kernel_units`, ``_NO_EXP`` where a cost does not count."""
     names = engine.feature_names
-    if opts.gcost.size and (opts.gcost > 0).any() and g_exp[opts.gcost > 0].max() >= f_exp.max():
-        g = int(np.argmax(np.where(opts.gcost > 0, g_exp, np.iinfo(np.int64).min)))
+    if g_exp.size and g_exp.max() >= f_exp.max():
+        g = int(np.argmax(g_exp))
         name = opts.group_names[g]
         return InvalidQueryError(
             f"the cost of switching {name!r} ({opts.gcost[g]:g}) passes float64's range for "
@@ -799,9 +802,13 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     if not np.all(np.isfinite(span)):
         raise InvalidQueryError("feature values beyond +-8.9e307 cannot be measured in float64",
                                 "instance")
-    # exponents, since the products may overflow or underflow where the factors do not
-    e_all = np.concatenate([np.frexp(w[free])[1] + np.frexp(span[free])[1],
-                            np.frexp(opts.gcost[opts.gcost > 0])[1]]).astype(np.int64)
+    # exponents, since the products may overflow or underflow where the factors do not:
+    # per feature (its longest move's cost) and per group (its switch), computed once for
+    # the range checks, the error's cause and l0's scale
+    f_exp = (np.frexp(w)[1] + np.frexp(span)[1]).astype(np.int64)
+    g_exp = np.frexp(opts.gcost)[1].astype(np.int64)
+    switches = opts.gcost > 0
+    e_all = np.concatenate([f_exp[free], g_exp[switches]])
     e_top, e_low = int(e_all.max()), int(e_all.min())
     if opts.norm_code == L2 and e_top - e_low > _L2_SPREAD_EXP:
         raise InvalidQueryError(
@@ -810,10 +817,14 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
             "would vanish next to the larger; use l1 or linf, or weights nearer 1/range",
             "weights")
     if e_top > MAX_COST_EXPONENT:
-        raise _too_costly(engine, opts, A, free, span, bounds)
+        raise _too_costly(engine, opts, A, np.where(free, f_exp, _NO_EXP),
+                          np.where(switches, g_exp, _NO_EXP), span, bounds)
     e = e_top
     if l0:
-        e = _l0_exponent(engine, opts, free, outside, span, e_top)
+        # a feature no split cuts (no finite cell bound) that no bound forces to move
+        # never moves in an answer
+        movable = free & ((engine.grid.magnitudes > 0) | outside)
+        e = _l0_exponent(np.concatenate([f_exp[movable], g_exp[switches]]), e_top)
         if abs(e) <= _L0_EXP:
             return opts, 0
     elif -_EXACT_EXP <= e_top <= _EXACT_EXP:
@@ -842,18 +853,13 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
                        scale=float(min(np.ldexp(opts.scale, -e), big))), e
 
 
-def _l0_exponent(engine: SearchEngine, opts: QueryOptions, free: np.ndarray,
-                 outside: np.ndarray, span: np.ndarray, e_top: int) -> int:
+def _l0_exponent(exps: np.ndarray, e_top: int) -> int:
     """The power of two l0's costs are scaled by: the middle, in binary exponents, of the
-    costs an answer may pay, so that its tie-break (the weighted l1, folded into the key as
-    ``changes + l1 / (1 + l1)``) tells apart l1 values from about ``2**-50`` to ``2**50``
-    of that middle. A feature no split cuts (no finite cell bound) that no bound forces to
-    move never moves in an answer and does not count (a constant column at weight 1e20
-    had set the scale, and every real move vanished from the key). At most ``2**900``
-    below the largest cost, so that no scaled cost overflows."""
-    movable = free & ((engine.grid.magnitudes > 0) | outside)
-    exps = np.concatenate([np.frexp(opts.weights[movable])[1] + np.frexp(span[movable])[1],
-                           np.frexp(opts.gcost[opts.gcost > 0])[1]]).astype(np.int64)
+    costs an answer may pay (``exps``), so that its tie-break (the weighted l1, folded into
+    the key as ``changes + l1 / (1 + l1)``) tells apart l1 values from about ``2**-50`` to
+    ``2**50`` of that middle (a constant column at weight 1e20 had set the scale, and every
+    real move vanished from the key). At most ``2**900`` below the largest cost ``e_top``,
+    so that no scaled cost overflows."""
     if not exps.size:
         return e_top
     return max((int(exps.max()) + int(exps.min())) // 2, e_top - 900)
