@@ -728,34 +728,66 @@ def _cost_range(w, mag, A, lower, upper, immutable, gcost, gcol):
 _NO_EXP = np.iinfo(np.int64).min
 
 
+def _cost_cause(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f: int,
+                span: np.ndarray, bounds: np.ndarray) -> tuple[str, str, int | None]:
+    """What makes feature f's largest cost what it is, as (words, field, row): a row's
+    value (past every split and bound of its feature), a constraint bound, or else the
+    feature's weight."""
+    name = engine.feature_names[f]
+    w = float(opts.weights[f])
+    row_big = np.abs(A[:, f])
+    if row_big.max() * 2.0 >= span[f]:  # a row's own value sets the span
+        i = int(np.argmax(row_big))
+        return f"{name} = {A[i, f]:g} at weight {w:g}", name, i
+    if bounds[f] * 2.0 >= span[f]:
+        return f"the bounds on {name} at weight {w:g}", f"bounds.{name}", None
+    return f"weight {w:g} on {name}", f"weights.{name}", None
+
+
 def _too_costly(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: np.ndarray,
                 g_exp: np.ndarray, span: np.ndarray, bounds: np.ndarray) -> InvalidQueryError:
     """The error for a cost past ``2**MAX_COST_EXPONENT``, naming what makes it so: a
-    group's switching cost, a row's value (past every split and bound of its feature), a
-    constraint bound, or else the feature's weight. ``f_exp`` and ``g_exp`` are the cost
-    exponents of :func:`kernel_units`, ``_NO_EXP`` where a cost does not count."""
-    names = engine.feature_names
+    group's switching cost or else :func:`_cost_cause` of the costliest feature. ``f_exp``
+    and ``g_exp`` are the cost exponents of :func:`kernel_units`, ``_NO_EXP`` where a cost
+    does not count."""
     if g_exp.size and g_exp.max() >= f_exp.max():
         g = int(np.argmax(g_exp))
         name = opts.group_names[g]
         return InvalidQueryError(
             f"the cost of switching {name!r} ({opts.gcost[g]:g}) passes float64's range for "
             "distances (about 1e301); use a smaller cost", f"group_costs.{name}")
-    f = int(np.argmax(f_exp))
-    w = float(opts.weights[f])
-    row_big = np.abs(A[:, f])
-    if row_big.max() * 2.0 >= span[f]:  # a row's own value sets the span
-        i = int(np.argmax(row_big))
-        return InvalidQueryError(
-            f"{names[f]} = {A[i, f]:g}, at weight {w:g}, makes moves too costly to measure in "
-            "float64 (past about 1e301)", names[f], row=i)
-    if bounds[f] * 2.0 >= span[f]:
-        return InvalidQueryError(
-            f"bounds on {names[f]} force moves too costly to measure in float64 at weight "
-            f"{w:g} (past about 1e301)", f"bounds.{names[f]}")
+    what, field, row = _cost_cause(engine, opts, A, int(np.argmax(f_exp)), span, bounds)
     return InvalidQueryError(
-        f"weight {w:g} on {names[f]} makes moves too costly to measure in float64 (past about "
-        "1e301); use a smaller weight", f"weights.{names[f]}")
+        f"{what} makes moves too costly to measure in float64 (past about 1e301)", field, row)
+
+
+def _l2_spread(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: np.ndarray,
+               g_exp: np.ndarray, span: np.ndarray, bounds: np.ndarray) -> InvalidQueryError:
+    """The error for costs too far apart for l2, naming the costliest and the cheapest
+    (exponents as in :func:`_too_costly`, ``_NO_EXP`` where a cost does not count). The
+    field is the cause of the one farther from the median cost, the odd one out (the
+    costliest on a tie): a row's value or the spec's weight may set it, not only the
+    client's weights."""
+    counted = np.concatenate([f_exp, g_exp])
+    counted = counted[counted != _NO_EXP]
+    mid = float(np.median(counted))
+
+    def cause(top: bool) -> tuple[str, str, int | None]:
+        e = counted.max() if top else counted.min()
+        g = np.flatnonzero(g_exp == e)
+        if g.size:
+            name = opts.group_names[int(g[0])]
+            return f"switching {name!r} ({opts.gcost[g[0]]:g})", f"group_costs.{name}", None
+        return _cost_cause(engine, opts, A, int(np.flatnonzero(f_exp == e)[0]), span, bounds)
+
+    (big, big_field, big_row), (small, small_field, small_row) = cause(True), cause(False)
+    field, row = ((big_field, big_row) if counted.max() - mid >= mid - counted.min()
+                  else (small_field, small_row))
+    return InvalidQueryError(
+        f"l2 cannot compare these costs: the moves of {big} cost more than 2**"
+        f"{_L2_SPREAD_EXP} (about 1e120) times those of {small}, and squared, the smaller "
+        "would vanish next to the larger; use l1 or linf, or weights nearer 1/range",
+        field, row)
 
 
 def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tuple[QueryOptions, int]:
@@ -777,9 +809,10 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     Raises
     ------
     InvalidQueryError
-        When the costs exceed float64's range even so (``weights``), or, for l2, when
-        the features' scales differ by more than ``2**400`` (about 1e120): squared, the
-        smaller ones would vanish next to the larger.
+        When the costs exceed float64's range even so, or, for l2, when the features'
+        scales differ by more than ``2**400`` (about 1e120): squared, the smaller ones
+        would vanish next to the larger. The field names the cause (a row's value, a
+        bound, a weight or a group's switching cost).
     """
     w = opts.weights
     low, top = _cost_range(w, engine.grid.magnitudes, A, opts.lower, opts.upper, opts.immutable,
@@ -810,15 +843,12 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     switches = opts.gcost > 0
     e_all = np.concatenate([f_exp[free], g_exp[switches]])
     e_top, e_low = int(e_all.max()), int(e_all.min())
+    causes = (engine, opts, A, np.where(free, f_exp, _NO_EXP),
+              np.where(switches, g_exp, _NO_EXP), span, bounds)
     if opts.norm_code == L2 and e_top - e_low > _L2_SPREAD_EXP:
-        raise InvalidQueryError(
-            "l2 cannot compare these weighted features: their scales (weight x value) differ "
-            f"by more than 2**{_L2_SPREAD_EXP} (about 1e120), and squared, the smaller costs "
-            "would vanish next to the larger; use l1 or linf, or weights nearer 1/range",
-            "weights")
+        raise _l2_spread(*causes)
     if e_top > MAX_COST_EXPONENT:
-        raise _too_costly(engine, opts, A, np.where(free, f_exp, _NO_EXP),
-                          np.where(switches, g_exp, _NO_EXP), span, bounds)
+        raise _too_costly(*causes)
     e = e_top
     if l0:
         # a feature no split cuts (no finite cell bound) that no bound forces to move

@@ -72,7 +72,7 @@ def test_l2_refuses_features_whose_scales_differ_beyond_squaring(forest):
     t = 1 - int(model.predict(X[:1])[0])
     with pytest.raises(InvalidQueryError) as err:
         all_maps[0].counterfactual(X[0], t, norm="l2", weights=[1.0, 1e-150, 1.0])
-    assert err.value.field == "weights"
+    assert err.value.field == "weights.x1"  # the odd one out
     # l1 adds the costs as they are: the same weights answer
     assert all_maps[0].counterfactual(X[0], t, norm="l1", weights=[1.0, 1e-150, 1.0]).feasible
 
@@ -165,6 +165,34 @@ def test_bounds_that_force_a_far_move_are_measured(norm):
     assert res.feasible, res.reason
     assert res.best.distance == pytest.approx(1e270, rel=1e-9)
     assert tree.predict(res.best.x[None])[0] == 1
+
+
+def test_l2_refusal_of_far_apart_scales_names_their_cause():
+    """l2 refuses costs more than 2**400 apart; it named ``weights`` even when the client
+    sent none and a row's value or a bound made the spread."""
+    rng = np.random.default_rng(0)
+    X = rng.random((200, 2))
+    y = (X[:, 0] + X[:, 1] > 1).astype(int)
+    model = HistGradientBoostingClassifier(max_iter=3, min_samples_leaf=5).fit(X, y)
+    maps = CounterfactualMaps.build(model)
+    x = X[0].copy()
+    t = 1 - int(model.predict(x[None])[0])
+    far = x.copy()
+    far[1] = 1e150
+    cases = [({"x": far}, "x1", 0), ({"x": np.vstack([x, far])}, "x1", 1),
+             ({"bounds": {"x1": [1e150, None]}}, "bounds.x1", None),
+             ({"weights": {"x0": 1.0, "x1": 1e150}}, "weights.x1", None)]
+    for opts, field, row in cases:
+        A = opts.pop("x", x)
+        with pytest.raises(InvalidQueryError, match="l2 cannot compare") as err:
+            if A.ndim == 2:
+                maps.counterfactuals(A, t, norm="l2", **opts)
+            else:
+                maps.counterfactual(A, t, norm="l2", **opts)
+        assert (err.value.field, err.value.row) == (field, row), opts
+        assert "x0" in str(err.value) and "x1" in str(err.value)
+    # the same queries in l1 answer
+    assert maps.counterfactual(far, t, norm="l1").feasible
 
 
 def test_costs_below_float64s_normal_range_are_refused_by_name():
