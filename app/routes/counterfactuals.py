@@ -195,7 +195,9 @@ async def map_png(
     model_id: ModelId,
     registry: RegistryDep,
     settings: SettingsDep,
-    features: Annotated[str, Query(description="Two feature names: `a,b`.")],
+    features: Annotated[list[str], Query(description=(
+        "Two feature names: `a,b`, or the parameter twice (`features=a&features=b`) for "
+        "names holding a comma."))],
     instance: Annotated[str, Query(description="All feature values in column order, "
                                    "comma-separated.")],
     width: Annotated[int, Query(ge=1)] = 480,
@@ -209,7 +211,8 @@ async def map_png(
     """As the POST, with the instance as comma-separated values in column order."""
     entry = await model_entry(registry, model_id, ready=True)
     fields: dict[str, Any] = {
-        "features": features.split(","), "instance": _numbers(instance, "instance"),
+        "features": features[0].split(",") if len(features) == 1 else features,
+        "instance": _numbers(instance, "instance"),
         "width": width, "height": height, "target": _query_label(entry, target), "norm": norm,
         "overlay": overlay,
     }

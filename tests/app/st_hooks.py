@@ -84,10 +84,16 @@ def map_query(context: schemathesis.HookContext, query: Any) -> Any:
         return query
     query = dict(query)
     _shrink(query)
-    # any string is schema-valid here (the schema cannot state "a,b" of this model's names)
-    if isinstance(query.get("features"), str):
-        text = query["features"]
+    # any strings are schema-valid here (the schema cannot state "a,b" of this model's
+    # names): one parameter as "a,b", two as themselves
+    feats = query.get("features")
+    if isinstance(feats, str):
+        feats = [feats]
+    if isinstance(feats, list) and len(feats) == 1 and isinstance(feats[0], str):
+        text = feats[0]
         query["features"] = ",".join(_pair([text, text[: len(text) // 2]]))
+    elif isinstance(feats, list):
+        query["features"] = _pair(feats)
     if isinstance(query.get("instance"), str):
         try:
             values = [float(v) for v in query["instance"].split(",")]

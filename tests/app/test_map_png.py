@@ -111,6 +111,31 @@ def test_bad_parameters_get_422_naming_them(rf_service, rf, params, field):
     assert r.json()["field"] == field, r.json()
 
 
+def test_names_holding_a_comma_are_given_as_the_parameter_twice(service, rf):
+    """A feature named ``income, monthly`` could not be named in ``features=a,b``; the
+    parameter given twice names each feature whole, and draws as the POST does."""
+    names = ["income, monthly", "x1", "x2", "x3", "x4"]
+    mid = service.add(rf.skops, {"features": [{"name": n} for n in names]})
+    inst = ",".join(repr(float(v)) for v in rf.X[0])
+    common = {"instance": inst, "width": 40, "height": 30, "overlay": "false",
+              "a_range": "-3,3", "b_range": "-3,3"}
+    r = service.client.get(f"/v1/models/{mid}/map.png",
+                           params=[("features", "income, monthly"), ("features", "x2"),
+                                   *common.items()])
+    assert r.status_code == 200, r.text
+    post = service.client.post(f"/v1/models/{mid}/map.png", json={
+        "features": ["income, monthly", "x2"], "instance": list(map(float, rf.X[0])),
+        "width": 40, "height": 30, "overlay": False, "a_range": [-3, 3], "b_range": [-3, 3]})
+    assert post.status_code == 200, post.text
+    assert np.array_equal(decode_png(r.content), decode_png(post.content))
+    # the comma form still works for plain names, and a comma name in it is a clear 422
+    assert service.client.get(f"/v1/models/{mid}/map.png",
+                              params={**common, "features": "x1,x2"}).status_code == 200
+    bad = service.client.get(f"/v1/models/{mid}/map.png",
+                             params={**common, "features": "income, monthly,x2"})
+    assert bad.status_code == 422 and bad.json()["field"] == "features", bad.text
+
+
 def test_unknown_model_is_404_and_one_hot_columns_are_refused(service, gb3):
     r = service.client.get("/v1/models/nope/map.png", params={"features": "a,b", "instance": "1"})
     assert r.status_code == 404
