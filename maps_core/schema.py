@@ -33,6 +33,23 @@ DIRECTIONS = ("any", "increase", "decrease")
 #: adds such costs up (and squares them for l2, after a scale by a power of two), so a
 #: weight times a feature's magnitude must stay below ``2**MAX_COST_EXPONENT``.
 MAX_COST_EXPONENT = 1000
+#: Longest feature or group name: names travel in URLs (``map.png?features=a,b``), headers
+#: and logs, and the service caps model and class names the same.
+MAX_NAME_LENGTH = 200
+
+
+def _check_name(kind: str, name: object) -> None:
+    """Refuse what cannot be a name: not a string, empty, longer than
+    :data:`MAX_NAME_LENGTH`, or holding a control character (a NUL or a newline could not be
+    typed in the explorer page or a query string, and would split a log line)."""
+    if not isinstance(name, str) or not name:
+        raise SchemaError(f"{kind} name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise SchemaError(f"{kind} name {name[:40]!r}... has {len(name)} characters, more than "
+                          f"{MAX_NAME_LENGTH}")
+    bad = next((c for c in name if ord(c) < 32 or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        raise SchemaError(f"{kind} name {name!r} holds the control character {bad!r}")
 
 
 def _measurable(w: float, lo: float, hi: float) -> bool:
@@ -92,8 +109,9 @@ class Feature:
     weight: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise SchemaError(f"feature name must be a non-empty string, got {self.name!r}")
+        _check_name("feature", self.name)
+        if self.group is not None:
+            _check_name(f"feature {self.name!r}: group", self.group)
         if self.type not in FEATURE_TYPES:
             raise SchemaError(
                 f"feature {self.name!r}: type must be one of {FEATURE_TYPES}, got {self.type!r}"

@@ -30,6 +30,24 @@ def test_bounds_and_weights_past_float64_are_schema_errors(kwargs, words):
         Feature("a", **kwargs)
 
 
+@pytest.mark.parametrize("name, words", [
+    ("a\x00b", "control character"), ("late\npayments", "control character"),
+    ("\x7f", "control character"), ("a" * 201, "more than 200"), ("", "non-empty"),
+])
+def test_names_that_cannot_travel_are_refused(name, words):
+    """A NUL, a newline or 10,000 characters in a feature's or group's name were accepted;
+    such a name cannot be typed in the explorer page or a query string."""
+    with pytest.raises(SchemaError, match=words):
+        Feature(name)
+    with pytest.raises(SchemaError, match=words) as err:
+        FeatureSchema.from_dicts([{"name": "a"}, {"name": "c=1", "type": "categorical",
+                                                  "group": name}])
+    assert err.value.feature == 1
+    # what a name may hold: any printable text up to 200 characters
+    for ok in ("income, monthly", "Einkommen (€)", "a" * 200, "x[0] < 1", "日本"):
+        assert Feature(ok).name == ok
+
+
 def test_an_integer_bound_past_float64_on_the_open_side_is_an_infinity():
     f = Feature("a", lower=-(10**400), upper=3)
     assert f.domain() == (-math.inf, 3.0)
