@@ -90,6 +90,15 @@ class PayloadTooLargeError(ApiError):
     """Body, upload or batch above the configured limit."""
 
 
+class StorageError(ApiError):
+    """The data dir refused a write the request needs (read-only, no permission, an I/O
+    error): nothing was changed."""
+
+
+class StorageFullError(StorageError):
+    """The data dir has no space (or quota) left for the request's files."""
+
+
 class RateLimitedError(ApiError):
     """The client asked for more answers than its rate limit allows (``app.ratelimit``)."""
 
@@ -116,6 +125,8 @@ ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     UnauthorizedError: (401, "unauthorized"),
     ForbiddenError: (403, "forbidden"),
     RateLimitedError: (429, "rate_limited"),
+    StorageFullError: (507, "insufficient_storage"),
+    StorageError: (503, "storage_unavailable"),
     # engine errors
     InvalidQueryError: (422, "invalid_query"),
     SchemaError: (422, "invalid_schema"),

@@ -203,7 +203,7 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
       from loopback clients, open query routes).
     * Every 422 is an :class:`~app.schemas.ErrorResponse` (FastAPI documents its own
       ``HTTPValidationError``, a shape this service never sends).
-    * 429 and 503 carry ``Retry-After``.
+    * 429 and 503 carry ``Retry-After`` (not the 503 of a data dir refusing writes).
     * ``/metrics`` answers Prometheus' text format.
     """
     comps = doc.setdefault("components", {})
@@ -226,7 +226,7 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
                 content = responses["422"].setdefault("content", {})
                 content["application/json"] = {"schema": error_ref}
             for code in ("429", "503"):
-                if code in responses:
+                if code in responses and responses[code].get("description") != models.STORAGE_REFUSED:
                     responses[code].setdefault("headers", {}).update(retry)
     metrics = doc.get("paths", {}).get("/metrics", {}).get("get")
     if metrics is not None:

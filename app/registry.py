@@ -30,6 +30,7 @@ Any number of processes may share the data dir (:meth:`Registry.sync`, :class:`B
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -64,6 +65,8 @@ from .errors import (
     ModelNotFoundError,
     ModelNotReadyError,
     PayloadTooLargeError,
+    StorageError,
+    StorageFullError,
     UnsupportedModelFileError,
 )
 from .schemas import FeatureCodec, ModelSpec
@@ -505,6 +508,21 @@ class Registry:
         ------
         InvalidInputError, UnsafeModelFileError, PayloadTooLargeError, UnsupportedModelFileError
         """
+        try:
+            return self._register(upload, spec, filename)
+        except OSError as exc:
+            raise self._storage_error(exc, "store the upload") from exc
+
+    def _storage_error(self, exc: OSError, doing: str) -> StorageError:
+        """The client's error for a write the data dir refused (logged in full here; the
+        message leaves out the server's paths)."""
+        log.warning("data dir: cannot %s: %s", doing, exc)
+        words = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StorageFullError(f"cannot {doing}: the data dir is full ({words})")
+        return StorageError(f"cannot {doing}: the data dir refused the write ({words})")
+
+    def _register(self, upload: IO[bytes], spec: ModelSpec, filename: str | None) -> ModelEntry:
         model_id = uuid.uuid4().hex
         tmp = self.root / f"{UPLOAD_PREFIX}{model_id}"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -512,7 +530,7 @@ class Registry:
         # this data dir removes only upload directories nobody holds (see open()).
         guard = BuildLock.acquire(_upload_lock(tmp))
         if guard is None:
-            raise OSError(f"cannot lock the upload directory {tmp}")
+            raise PermissionError(errno.EACCES, "cannot lock the upload directory")
         try:
             tmp.mkdir()
             raw_path = tmp / "upload"
@@ -827,6 +845,14 @@ class Registry:
         :class:`~app.errors.ModelNotFoundError`). Blocks while a build writes its files."""
         if self.behind(model_id):
             self.catch_up(model_id)
+        self.get(model_id)  # a 404 first
+        # A data dir that refuses writes (a read-only replica) refuses the delete before
+        # anything is cancelled or forgotten here: the model stays served.
+        if not os.access(self.root, os.W_OK | os.X_OK):
+            raise self._storage_error(PermissionError(
+                errno.EROFS if _read_only(self.root) else errno.EACCES,
+                "read-only" if _read_only(self.root) else "no write permission"),
+                "delete the model")
         with self._lock:
             entry = self.get(model_id)
             entry.cancel.set()
@@ -837,7 +863,15 @@ class Registry:
             d = self.root / model_id
             trash = self.root / f".trash-{model_id}"
             if d.exists():
-                os.replace(d, trash)
+                try:
+                    os.replace(d, trash)
+                except OSError as exc:
+                    # still on disk, so still here (and on every other replica); a build
+                    # cancelled above runs again at the next start
+                    with self._lock:
+                        self._deleted.discard(model_id)
+                        self._entries.setdefault(model_id, entry)
+                    raise self._storage_error(exc, "delete the model") from exc
                 _fsync_dir(self.root)
                 shutil.rmtree(trash, ignore_errors=True)
         entry.model = None
@@ -996,3 +1030,11 @@ def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:
                 f"spec.classes.{i} is {name!r}, the label of another class (classes "
                 f"{labels}): a target {name!r} would be ambiguous", f"spec.classes.{i}")
     return list(spec.classes)
+
+
+def _read_only(path: Path) -> bool:
+    """Whether the file system holding ``path`` is mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

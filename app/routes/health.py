@@ -70,13 +70,17 @@ async def v2_ready(registry: RegistryDep) -> JSONResponse:
     "/v2/models/{model_id}/ready",
     summary="Open Inference Protocol: model ready",
     responses={404: {"model": ErrorResponse, "description": "Unknown model"},
-               503: {"description": "Known, not ready (queued, building, loading or failed)"}},
+               503: {"description": "Known, not ready (queued, building, loading or failed; "
+                                     "`Retry-After: 1` unless failed)"}},
 )
 async def v2_model_ready(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
     """200 ``{"name": id, "ready": true}`` when the model answers queries; 503 with
-    ``"ready": false`` and its ``status`` while it is queued, building, loading or failed;
-    404 for an unknown id. Open like the other probes: it tells only the status."""
+    ``"ready": false`` and its ``status`` while it is queued, building, loading or failed
+    (with ``Retry-After`` but when failed); 404 for an unknown id. Open like the other
+    probes: it tells only the status."""
     entry = await model_entry(registry, model_id)
     ready = entry.status == "ready" and entry.maps is not None
     body = {"name": model_id, "ready": ready, "status": entry.status}
-    return JSONResponse(body, status_code=200 if ready else 503)
+    # waiting mends every state but failed (only a new upload does)
+    headers = {} if ready or entry.status == "failed" else {"Retry-After": "1"}
+    return JSONResponse(body, status_code=200 if ready else 503, headers=headers)

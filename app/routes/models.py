@@ -22,6 +22,14 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     401: {"model": ErrorResponse, "description": "Missing bearer token"},
     403: {"model": ErrorResponse, "description": "Wrong token or non-loopback client"},
 }
+#: The data dir refused a write (uploads and deletes change it): a 503 that waiting does
+#: not mend, so documented without ``Retry-After`` (see app.main._document_conventions).
+STORAGE_REFUSED = ("The data dir refuses writes (read-only, no permission, I/O error); "
+                   "nothing was changed")
+_STORAGE: dict[int | str, dict[str, object]] = {
+    503: {"model": ErrorResponse, "description": STORAGE_REFUSED},
+    507: {"model": ErrorResponse, "description": "The data dir is full; nothing was stored"},
+}
 ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
 # OpenAPI links: the id an upload returns is what the model's other routes take, so
 # clients and stateful testers (schemathesis) can chain an upload to its queries.
@@ -59,6 +67,7 @@ _SPEC_DOC = (
     dependencies=[Depends(require_admin)],
     responses={
         **_ERRORS,
+        **_STORAGE,
         202: {"links": _LINKS},
         400: {"model": ErrorResponse, "description": "Malformed multipart body"},
         413: {"model": ErrorResponse,
@@ -149,7 +158,7 @@ async def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
     "/{model_id}",
     status_code=204,
     dependencies=[Depends(require_admin)],
-    responses={**_ERRORS, 404: {"model": ErrorResponse}},
+    responses={**_ERRORS, **_STORAGE, 404: {"model": ErrorResponse}},
     summary="Delete a model (a running build is cancelled)",
 )
 def delete_model(model_id: ModelId, registry: RegistryDep) -> Response:

@@ -24,6 +24,33 @@ def test_open_inference_protocol_health(rf_service: tuple[Service, str]) -> None
     assert r.status_code == 404 and r.json()["error"] == "model_not_found"
 
 
+def test_a_model_not_ready_yet_says_when_to_ask_again(
+    service: Service, rf: Fitted, tmp_path: Any
+) -> None:
+    """``/v2/models/{id}/ready``'s 503 is documented with ``Retry-After`` (as the other
+    probes send it); it had none. A failed model gets none: waiting does not mend it."""
+    import functools
+
+    import build_faults
+    from svc_helpers import upload, wait_built, wait_until
+
+    builds = service.app.state.builds
+    gate = tmp_path / "gate"
+    builds.worker = functools.partial(build_faults.hold, str(gate))
+    mid = upload(service.client, rf.skops).json()["id"]
+    wait_until(lambda: service.client.get(f"/v1/models/{mid}").json()["status"] == "building")
+    r = service.client.get(f"/v2/models/{mid}/ready")
+    assert r.status_code == 503 and r.json()["status"] == "building"
+    assert r.headers["Retry-After"] == "1"
+    gate.touch()
+    assert wait_built(service.client, mid)["status"] == "ready"
+    builds.worker = build_faults.zero_division
+    bad = wait_built(service.client, upload(service.client, rf.skops).json()["id"])
+    assert bad["status"] == "failed"
+    r = service.client.get(f"/v2/models/{bad['id']}/ready")
+    assert r.status_code == 503 and "Retry-After" not in r.headers
+
+
 def test_request_ids_in_and_out(service: Service) -> None:
     r = service.client.get("/healthz", headers={"X-Request-ID": "req-42"})
     assert r.headers["X-Request-ID"] == "req-42"

@@ -10,6 +10,7 @@ Every wait is bounded; the servers run on loopback ports.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -85,6 +86,66 @@ def test_a_full_disk_while_saving_maps_fails_the_model_cleanly(
     with service_factory(data_dir=data_dir) as svc:  # and so it stays after a restart
         info = svc.client.get(f"/v1/models/{model_id}").json()
         assert info["status"] == "failed" and "ENOSPC" in info["error"]
+
+
+def test_an_upload_onto_a_full_disk_is_a_507_and_leaves_nothing(
+    service: Service, rf: Fitted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was a 500 (an OSError from the copy, logged as a bug)."""
+    from app.registry import Registry
+
+    def full(self: Any, upload: Any, dest: Path) -> None:
+        dest.write_bytes(b"\0" * 10)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Registry, "_copy_upload", full)
+    r = upload(service.client, rf.skops)
+    assert r.status_code == 507, r.text
+    assert r.json()["error"] == "insufficient_storage"
+    assert "full" in r.json()["message"] and str(service.settings.data_dir) not in r.text
+    models = service.settings.data_dir / "models"
+    assert [p.name for p in models.iterdir()] == []  # no upload left half-written
+    assert service.client.get("/v1/models").json()["models"] == []
+
+
+def test_a_delete_the_data_dir_refuses_keeps_the_model_served(
+    service: Service, rf: Fitted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a replica whose data dir is read-only, DELETE was a 500 and the replica then
+    forgot the model for good (404 until a restart), though its files stayed on disk and
+    other replicas served it."""
+    import app.registry as registry
+
+    mid = service.add(rf.skops)
+    q = {"instance": rf.X[0].tolist()}
+    before = service.client.post(f"/v1/models/{mid}/counterfactuals", json=q)
+    assert before.status_code == 200
+    real_access = os.access
+    # the check before anything is cancelled (a read-only mount) ...
+    monkeypatch.setattr(registry.os, "access", lambda p, mode: False)
+    r = service.client.delete(f"/v1/models/{mid}")
+    assert r.status_code == 503 and r.json()["error"] == "storage_unavailable", r.text
+    monkeypatch.setattr(registry.os, "access", real_access)
+    # ... and a rename that fails anyway (an I/O error): rolled back
+    real_replace = os.replace
+
+    def refuse(src: Any, dst: Any) -> None:
+        if ".trash-" in str(dst):
+            raise OSError(errno.EIO, "Input/output error")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(registry.os, "replace", refuse)
+    r = service.client.delete(f"/v1/models/{mid}")
+    assert r.status_code == 503 and "Input/output error" in r.json()["message"], r.text
+    for _ in range(2):  # still served, also after a sync pass
+        assert service.client.get(f"/v1/models/{mid}").json()["status"] == "ready"
+        again = service.client.post(f"/v1/models/{mid}/counterfactuals", json=q)
+        assert again.status_code == 200
+        assert again.json()["distance"] == before.json()["distance"]
+        service.app.state.registry.sync()
+    monkeypatch.setattr(registry.os, "replace", real_replace)
+    assert service.client.delete(f"/v1/models/{mid}").status_code == 204
+    assert service.client.get(f"/v1/models/{mid}").status_code == 404
 
 
 # -- damaged maps -------------------------------------------------------------------------------
