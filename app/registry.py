@@ -345,10 +345,10 @@ class Registry:
                 pending.append(entry)
             with self._lock:
                 self._entries[entry.id] = entry
+        # readiness waits for load_pending, even with nothing to load: the service warms
+        # its query kernels up before it (app.main._load_pending)
         self._pending = pending
         self._requeue = requeue
-        if not pending and not requeue:
-            self.loaded.set()
 
     def load_pending(self) -> None:
         """Load every model that was ready on disk, and read the model files of the builds

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from maps_core import DEFAULT_MAX_RECTANGLES, available_memory, default_build_memory
@@ -43,6 +43,10 @@ def parse_byte_size(text: str) -> int:
     if value > MAX_BYTES:
         raise ValueError(f"a byte size must be at most 1024T (no machine has more), got {text!r}")
     return value
+
+
+#: Limits whose default is a number but which an empty variable lifts (no limit).
+_EMPTY_IS_NO_LIMIT = frozenset({"query_max_seconds", "build_max_seconds", "build_max_rectangles"})
 
 
 class Settings(BaseSettings):
@@ -204,21 +208,29 @@ class Settings(BaseSettings):
             return [t.strip() for t in v.split(",") if t.strip()]
         return v
 
-    @field_validator("query_max_seconds", "query_threads", "build_jobs", "build_max_seconds",
-                     "build_max_rectangles", "rate_limit_per_minute", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _empty_is_none(cls, v: object) -> object:
-        # CFMAPS_QUERY_MAX_SECONDS= (set but empty): None, i.e. no limit, or the computed
-        # default where there is one; as documented, instead of "not a number".
-        if isinstance(v, str) and not v.strip():
-            return None
-        return v
+    def _empty_is_unset(cls, data: object) -> object:
+        # A variable set but empty (CFMAPS_DATA_DIR= in a compose file) is unset, as
+        # documented: None for the optional settings (no limit, or the computed default),
+        # the default for the others. CFMAPS_DATA_DIR= was "." (models written outside the
+        # container's volume) and CFMAPS_MAX_BATCH= stopped the service at start.
+        if not isinstance(data, dict):
+            return data
+        out: dict[str, object] = {}
+        for key, v in data.items():
+            if isinstance(v, str) and not v.strip() and key in cls.model_fields:
+                if cls.model_fields[key].default is None or key in _EMPTY_IS_NO_LIMIT:
+                    out[key] = None
+                continue  # the default
+            out[key] = v
+        return out
 
     @field_validator("build_max_memory", "query_max_memory", mode="before")
     @classmethod
     def _byte_size(cls, v: object) -> object:
-        if isinstance(v, str):  # empty: the computed default, as for the settings above
-            return parse_byte_size(v) if v.strip() else None
+        if isinstance(v, str):
+            return parse_byte_size(v)
         return v
 
     @field_validator("admin_token", mode="before")

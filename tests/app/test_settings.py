@@ -110,3 +110,19 @@ def test_settings_out_of_range_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv(var, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize("name", sorted(Settings.model_fields))
+def test_every_variable_set_but_empty_is_unset(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """As documented, for every setting: CFMAPS_DATA_DIR= was "." (models written outside a
+    container's volume), CFMAPS_MAX_BATCH=, CFMAPS_ROLE=, CFMAPS_WORKERS=, CFMAPS_UI= ...
+    stopped the service at start."""
+    for other in Settings.model_fields:
+        monkeypatch.delenv(f"CFMAPS_{other.upper()}", raising=False)
+    default = Settings()
+    monkeypatch.setenv(f"CFMAPS_{name.upper()}", "")
+    got = getattr(Settings(), name)
+    if name in ("query_max_seconds", "build_max_seconds", "build_max_rectangles"):
+        assert got is None  # documented: empty for no limit
+    else:
+        assert got == getattr(default, name)
