@@ -86,11 +86,11 @@ class RateLimiter:
             missing = cost - b.level
         limit = int(self.capacity)
         if cost > self.capacity:
+            # no Retry-After: waiting never lets it through
             raise RateLimitedError(
                 f"this request asks for {cost} answers, more than the limit of {limit} per "
                 f"minute; {advice}",
                 field,
-                {"Retry-After": "60"},
             )
         wait = max(1, math.ceil(missing / self.rate))
         raise RateLimitedError(
@@ -98,6 +98,14 @@ class RateLimiter:
             None,
             {"Retry-After": str(wait)},
         )
+
+    def refund(self, key: str, cost: int) -> None:
+        """Give back ``cost`` taken by :meth:`charge` for a request refused as bad input
+        (which costs the client nothing, as on the routes that validate before charging)."""
+        with self._lock:
+            b = self._buckets.get(key)
+            if b is not None:
+                b.level = min(self.capacity, b.level + cost)
 
     def _drop_idle(self, now: float) -> None:
         for k in [k for k, b in self._buckets.items()

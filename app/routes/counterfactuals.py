@@ -36,6 +36,7 @@ from .deps import (
     RegistryDep,
     SettingsDep,
     charge,
+    charged,
     in_thread,
     model_entry,
 )
@@ -85,13 +86,13 @@ async def counterfactuals(
     entry = await model_entry(registry, model_id, ready=True)
     assert entry.maps is not None
     n = entry.codec.check_count(body, settings.max_batch)  # a 413 costs no answers
-    charge(request, n * min(int(body.k), settings.max_k))
     limits = _limits(settings)
     query = functools.partial(counterfactual_answer, entry.maps, entry.codec, body, limits,
                               resolve_target=entry.resolve_target, display=entry.display)
-    # CPU-bound engine work runs in a worker thread so that the event loop keeps serving,
-    # unless it is bounded and short (runs_inline): then the thread hop would cost more.
-    answer = query() if runs_inline(entry.maps, body) else await in_thread(query)
+    with charged(request, n * min(int(body.k), settings.max_k)):
+        # CPU-bound engine work runs in a worker thread so that the event loop keeps
+        # serving, unless it is bounded and short (runs_inline): then the hop costs more.
+        answer = query() if runs_inline(entry.maps, body) else await in_thread(query)
     results = answer["results"] if "results" in answer else [answer]
     metrics.counterfactuals.inc(len(results))
     unproven = sum(not r["optimal"] for r in results)
@@ -158,12 +159,12 @@ async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any
     entry = await model_entry(registry, model_id, ready=True)
     assert entry.maps is not None
     check_map_size(body, settings.map_max_side)  # an oversize picture costs no answers
-    charge(request, -(-body.width * body.height // PIXELS_PER_ANSWER), field="width",
-           advice="ask for a smaller picture")
-    png, headers = await in_thread(
-        map_picture, entry.maps, entry.codec, body, _limits(settings),
-        resolve_target=entry.resolve_target, display=entry.display,
-    )
+    with charged(request, -(-body.width * body.height // PIXELS_PER_ANSWER), field="width",
+                 advice="ask for a smaller picture"):
+        png, headers = await in_thread(
+            map_picture, entry.maps, entry.codec, body, _limits(settings),
+            resolve_target=entry.resolve_target, display=entry.display,
+        )
     return Response(png, media_type="image/png", headers={**headers, "Cache-Control": "no-store"})
 
 

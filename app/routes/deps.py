@@ -9,13 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
+from maps_core import InvalidQueryError
+
 from ..builds import BuildManager
+from ..errors import InvalidInputError, PayloadTooLargeError
 from ..metrics import Metrics
 from ..ratelimit import RateLimiter
 from ..registry import ModelEntry, Registry
@@ -49,10 +53,10 @@ BuildsDep = Annotated[BuildManager, Depends(_builds)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 
 def charge(request: Request, answers: int, field: str = "instances",
-           advice: str = "split it into smaller batches") -> None:
+           advice: str = "split it into smaller batches") -> str | None:
     """Count ``answers`` against the client's rate limit, when one is configured;
     ``field`` and ``advice`` word the refusal of a request that asks for more than the
-    limit allows at all.
+    limit allows at all. Returns the client's key (None without a limit).
 
     The client is its token only when the service checks tokens: on open query routes
     any string would do, so there the address is the client.
@@ -63,11 +67,33 @@ def charge(request: Request, answers: int, field: str = "instances",
     """
     limiter: RateLimiter | None = request.app.state.limiter
     if limiter is None:
-        return
+        return None
     settings: Settings = request.app.state.settings
     token = bearer_token(request) if settings.api_tokens else None
     host = request.client.host if request.client else None
-    limiter.charge(RateLimiter.client_key(token, host), answers, field, advice)
+    key = RateLimiter.client_key(token, host)
+    limiter.charge(key, answers, field, advice)
+    return key
+
+
+#: Refusals of the request's content: they cost the client no answers.
+_BAD_INPUT = (InvalidInputError, PayloadTooLargeError, InvalidQueryError)
+
+
+@contextmanager
+def charged(request: Request, answers: int, field: str = "instances",
+            advice: str = "split it into smaller batches") -> Iterator[None]:
+    """:func:`charge` for the block's work, given back when the block refuses the request
+    as bad input (a malformed instance, ``k`` over the limit, an option the engine
+    refuses): charged first, so that a client past its limit costs no CPU, but only
+    answers count, as on ``/predict``. A budget that runs out is work done: kept."""
+    key = charge(request, answers, field, advice)
+    try:
+        yield
+    except _BAD_INPUT:
+        if key is not None:
+            request.app.state.limiter.refund(key, answers)
+        raise
 
 
 T = TypeVar("T")

@@ -97,9 +97,10 @@ def test_map_pictures_count_by_their_size(service_factory: Any, rf: Fitted) -> N
 def test_a_refused_request_costs_no_answers(service_factory: Any, rf: Fitted) -> None:
     """The limit counts answers given: a batch over the batch limit (413) or a picture
     over the side limit (422 on its width) is refused before it is counted, and a picture
-    bigger than a minute's worth is refused naming its size, not a batch."""
+    bigger than a minute's worth is refused naming its size, not a batch. Content the
+    engine refuses (after the charge) is given back: ten 422s had spent a client's minute."""
     with service_factory(api_tokens="tok-a,tok-b", rate_limit_per_minute=20, max_batch=10,
-                         map_max_side=512) as svc:
+                         map_max_side=512, max_k=5) as svc:
         model_id = svc.add(rf.skops, headers=A)
         c = svc.client
         url = f"/v1/models/{model_id}/counterfactuals"
@@ -117,4 +118,17 @@ def test_a_refused_request_costs_no_answers(service_factory: Any, rf: Fitted) ->
         r = c.post(pic, json={**body, "width": 512, "height": 512}, headers=A)  # 256 answers
         assert r.status_code == 429 and r.json()["field"] == "width"
         assert "smaller picture" in r.json()["message"]
+        assert "Retry-After" not in r.headers  # waiting never lets it through
+        # bad content is refused after the charge, and given back: a wrong instance, k
+        # over the limit, an option the engine refuses, a picture of a one-hot column
+        bad = [{"instances": [x[0], x[1][:-1]]}, {"instances": x[:2], "k": 6},
+               {"instances": x[:2], "weights": {"x0": -1}}, {"instance": x[0], "norm": "l7"},
+               {"instances": x[:2], "bounds": {"x0": [3, 1]}}]
+        for _ in range(3):  # 3 x 5 x up to 2 answers: past the 10 left, were they counted
+            for b in bad:
+                r = c.post(url, json=b, headers=A)
+                assert r.status_code == 422, (b, r.text)
+        r = c.post(pic, json={**body, "width": 64, "height": 64, "a_range": [1, 0]}, headers=A)
+        assert r.status_code == 422, r.text
         assert c.post(url, json={"instances": x[:10]}, headers=A).status_code == 200  # 20 of 20
+        assert c.post(url, json={"instance": x[0]}, headers=A).status_code == 429
