@@ -31,7 +31,7 @@ from maps_core.splits import FLOAT32_MAX, beyond_view
 
 from .errors import InvalidInputError
 from .mapimage import class_colours, png_bytes, render
-from .schemas import CounterfactualRequest, FeatureCodec, MapRequest, results_json
+from .schemas import MAP_DEFAULT_SIZE, CounterfactualRequest, FeatureCodec, MapRequest, results_json
 
 __all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "counterfactual_answer", "map_picture",
            "model_predictions", "runs_inline"]
@@ -188,18 +188,27 @@ def counterfactual_answer(
     return out[0] if single else {"results": out}
 
 
-def check_map_size(body: Any, max_side: int) -> None:
-    """Refuse a picture wider or higher than ``max_side`` pixels (before a rate limit
-    counts it).
+def check_map_size(body: MapRequest, max_side: int) -> MapRequest:
+    """``body`` with the default size shrunk to fit ``max_side`` pixels (its 4:3 kept),
+    when the request gives no size; refuses a size given wider or higher than that
+    (before a rate limit counts it).
 
     Raises
     ------
     InvalidInputError
         Naming ``width`` or ``height``.
     """
+    given = body.model_fields_set
+    w0, h0 = MAP_DEFAULT_SIZE
+    scale = min(1.0, max_side / max(w0, h0))
+    fitted = {side: max(1, int(default * scale)) for side, default in
+              (("width", w0), ("height", h0)) if side not in given}
+    if fitted:
+        body = body.model_copy(update=fitted)
     for field, v in (("width", body.width), ("height", body.height)):
         if v > max_side:
             raise InvalidInputError(f"{field} must be at most {max_side} pixels", field)
+    return body
 
 
 def map_picture(

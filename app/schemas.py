@@ -83,6 +83,14 @@ Instance = Annotated[
 ]
 
 
+#: How the norm's description states the default (the service's ``CFMAPS_DEFAULT_NORM``
+#: replaces it in its OpenAPI document: app.main).
+NORM_DEFAULT_WORDS = "l1"
+#: A map picture's size when the request gives none, shrunk to fit ``CFMAPS_MAP_MAX_SIDE``
+#: (:func:`app.dataplane.check_map_size`).
+MAP_DEFAULT_SIZE = (480, 360)
+
+
 # -- requests -----------------------------------------------------------------------------
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -194,8 +202,8 @@ class CounterfactualRequest(_InstancesRequest):
     )
     norm: Norm | None = Field(
         default=None,
-        description="Distance; default l1 (sparse changes). l0 counts changed features (a "
-        "one-hot group once), ties broken by weighted l1.",
+        description=f"Distance; default {NORM_DEFAULT_WORDS}. l1 favours few changed "
+        "features; l0 counts them (a one-hot group once), ties broken by weighted l1.",
     )
     weights: dict[str, Weight] | None = Field(
         default=None,
@@ -246,8 +254,11 @@ class MapRequest(_Strict):
     )
     instance: Instance = Field(description="The instance the slice goes through; its other "
                                "features stay fixed.")
-    width: WholeNumber = Field(default=480, ge=1, description="Pixels.")
-    height: WholeNumber = Field(default=360, ge=1, description="Pixels.")
+    width: WholeNumber = Field(default=MAP_DEFAULT_SIZE[0], ge=1, description=(
+        "Pixels. Default 480, or the service's largest side when smaller (the height "
+        "keeps 4:3)."))
+    height: WholeNumber = Field(default=MAP_DEFAULT_SIZE[1], ge=1, description=(
+        "Pixels. Default 360, scaled with the width's default."))
     target: ClassLabel | None = Field(
         default=None, description="Class of the counterfactual drawn (default: the nearest "
         "other class)."

@@ -158,7 +158,7 @@ async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any
                    request: Request) -> Response:
     entry = await model_entry(registry, model_id, ready=True)
     assert entry.maps is not None
-    check_map_size(body, settings.map_max_side)  # an oversize picture costs no answers
+    body = check_map_size(body, settings.map_max_side)  # an oversize picture costs no answers
     with charged(request, -(-body.width * body.height // PIXELS_PER_ANSWER), field="width",
                  advice="ask for a smaller picture"):
         png, headers = await in_thread(
@@ -201,8 +201,10 @@ async def map_png(
         "names holding a comma."))],
     instance: Annotated[str, Query(description="All feature values in column order, "
                                    "comma-separated.")],
-    width: Annotated[int, Query(ge=1)] = 480,
-    height: Annotated[int, Query(ge=1)] = 360,
+    width: Annotated[int | None, Query(ge=1, description=(
+        "Pixels. Default 480, or the service's largest side when smaller."))] = None,
+    height: Annotated[int | None, Query(ge=1, description=(
+        "Pixels. Default 360, scaled with the width's default."))] = None,
     target: Annotated[str | None, Query(description="Class of the counterfactual drawn.")] = None,
     norm: Annotated[str | None, Query()] = None,
     a_range: Annotated[str | None, Query(description="`lo,hi` along the first feature.")] = None,
@@ -214,9 +216,11 @@ async def map_png(
     fields: dict[str, Any] = {
         "features": features[0].split(",") if len(features) == 1 else features,
         "instance": _numbers(instance, "instance"),
-        "width": width, "height": height, "target": _query_label(entry, target), "norm": norm,
-        "overlay": overlay,
+        "target": _query_label(entry, target), "norm": norm, "overlay": overlay,
     }
+    for key, size in (("width", width), ("height", height)):
+        if size is not None:  # else MapRequest's default, fitted to the service's limit
+            fields[key] = size
     for key, text in (("a_range", a_range), ("b_range", b_range)):
         if text is not None:
             fields[key] = _numbers(text, key)

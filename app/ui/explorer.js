@@ -480,7 +480,8 @@ async function drawMap() {
   const seq = ++state.mapSeq;
   const a = $("map-a").value, b = $("map-b").value;
   if (!state.model || !a || !b) return;
-  const req = { features: [a, b], instance: readInstance(), width: 480, height: 360, norm: $("opt-norm").value };
+  // no size: the service's default, fitted to its CFMAPS_MAP_MAX_SIDE (480x360 or less)
+  const req = { features: [a, b], instance: readInstance(), norm: $("opt-norm").value };
   if ($("opt-target").value !== "") req.target = JSON.parse($("opt-target").value);
   const ra = zoomRange(a), rb = zoomRange(b);
   if (ra) req.a_range = ra;

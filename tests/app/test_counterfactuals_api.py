@@ -235,6 +235,11 @@ def test_default_norm_setting(service_factory: Any, rf: Fitted) -> None:
         ).json()
         cf = _check(res, rf, x, NAMES)
         assert res["counterfactual_distance"] == pytest.approx(np.abs(cf - x).max(), rel=1e-6)
+        # and the OpenAPI document says so (it said "default l1")
+        props = svc.client.get("/openapi.json").json()["components"]["schemas"][
+            "CounterfactualRequest"]["properties"]
+        assert "default linf." in props["norm"]["description"]
+        assert "default l1" not in props["norm"]["description"]
 
 
 def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:

@@ -197,6 +197,21 @@ def test_map_max_side_setting(service_factory, rf):
         r = svc.client.get(f"/v1/models/{mid}/map.png", params={**q, "width": 65, "height": 64})
         assert r.status_code == 422 and r.json()["field"] == "width"
         assert "64" in r.json()["message"]
+        # no size given: the default 480x360, fitted to the limit (it was a 422 on a
+        # width the client never sent, and the explorer page could draw no map)
+        for r in (svc.client.get(f"/v1/models/{mid}/map.png", params=q),
+                  svc.client.post(f"/v1/models/{mid}/map.png", json={
+                      "features": ["x0", "x1"], "instance": list(map(float, rf.X[0]))})):
+            assert r.status_code == 200, r.text
+            assert decode_png(r.content).shape == (48, 64, 3)
+        r = svc.client.get(f"/v1/models/{mid}/map.png", params={**q, "height": 10})
+        assert decode_png(r.content).shape == (10, 64, 3)  # a size given is kept as given
+        doc = svc.client.get("/openapi.json").json()
+        assert doc["components"]["schemas"]["MapRequest"]["properties"]["width"]["default"] == 64
+    with service_factory() as svc:  # the default limit keeps the default size
+        mid = svc.add(rf.skops)
+        r = svc.client.get(f"/v1/models/{mid}/map.png", params=q)
+        assert decode_png(r.content).shape == (360, 480, 3)
 
 
 def test_budgeted_maps_draw_mixed_regions_exactly(service_factory, rf):
