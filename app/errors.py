@@ -291,6 +291,12 @@ def install(app: FastAPI) -> None:
                 "invalid_input", "body: not JSON this service reads (an integer of more than "
                 "4,300 digits, text that is not UTF-8, or arrays nested too deep)", "body"),
                 status_code=422)
+        if exc.status_code == 400 and str(exc.detail).startswith("Part exceeded maximum size"):
+            # Starlette's cap on a text part (the route sets it one past the spec's): the
+            # spec over its 64 MiB, as the 413 a spec sent as a file gets
+            return JSONResponse(error_body(
+                "payload_too_large", "spec: a text part over 64 MiB (a spec may take up to "
+                "64 MiB; the model goes as a file part)", "spec"), status_code=413)
         code = _STATUS_CODES.get(exc.status_code, "http_error")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:

@@ -317,6 +317,18 @@ def test_a_spec_over_a_mib_is_read_as_text_or_file(
     assert len(service.client.get("/v1/models").json()["models"]) == 1
 
 
+def test_a_spec_text_part_over_64_mib_is_a_413_on_spec(service: Service, rf: Fitted) -> None:
+    """Past the spec's cap Starlette refuses a text part itself: that was its 400 "Part
+    exceeded maximum size" with no field, where the same spec as a file is a 413."""
+    from app.routes.models import SPEC_MAX_BYTES
+
+    spec = '{"classes": ["no", "yes"]}' + " " * (SPEC_MAX_BYTES + 10)
+    r = upload(service.client, rf.skops, spec)
+    assert r.status_code == 413, r.text
+    assert r.json()["error"] == "payload_too_large" and r.json()["field"] == "spec"
+    assert service.client.get("/v1/models").json()["models"] == []
+
+
 def test_upload_too_large_is_413(service_factory: Any, rf: Fitted) -> None:
     blob = rf.skops
     with service_factory(max_upload_bytes=len(blob) // 2) as svc:
