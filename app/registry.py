@@ -50,8 +50,10 @@ from maps_core import (
     ArtifactError,
     CounterfactualMaps,
     FeatureSchema,
+    FlatEnsemble,
     IncompatibleArtifactError,
     MapsError,
+    check_schema,
     flatten_model,
     py_scalar,
 )
@@ -557,7 +559,7 @@ class Registry:
                 # skops file of trusted types, one of them changed): the file's fault
                 raise UnsupportedModelFileError(
                     f"the model object is malformed: {type(exc).__name__}: {exc}", "model") from exc
-            schema = _schema_for(spec, ens.n_features, ens.feature_names)
+            schema = _schema_for(spec, ens)
             names = _class_names(spec, labels)
             os.replace(raw_path, tmp / modelio.FILE_NAMES[fmt])
             ts = now()
@@ -976,7 +978,8 @@ def _stem(filename: str | None) -> str | None:
 _STATUSES = frozenset({"queued", "building", "loading", "ready", "failed"})
 
 
-def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSchema:
+def _schema_for(spec: ModelSpec, ens: FlatEnsemble) -> FeatureSchema:
+    n_features, model_names = ens.n_features, ens.feature_names
     if spec.features is None:
         names = list(model_names) if model_names is not None else None
         return FeatureSchema.default(n_features, names)
@@ -997,8 +1000,9 @@ def _schema_for(spec: ModelSpec, n_features: int, model_names: Any) -> FeatureSc
             )
     try:
         schema = FeatureSchema.from_dicts([f.model_dump() for f in spec.features])
-        schema.domains()  # surfaces e.g. "no integer lies in its bounds" now, not mid-build
-        schema.default_weights()  # and a range too narrow or wide to weigh by 1/range
+        # what the build would refuse (no integer in the bounds, a range 1/range cannot
+        # weigh, a weight the thresholds make unmeasurable), now rather than mid-build
+        check_schema(ens, schema)
     except SchemaError as exc:  # one feature's declaration, or the list as a whole
         where = "spec.features" if exc.feature is None else f"spec.features.{exc.feature}"
         raise InvalidInputError(str(exc), where) from exc

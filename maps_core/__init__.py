@@ -33,7 +33,7 @@ from .exceptions import (
     SchemaError,
     UnsupportedModelError,
 )
-from .maps import DEFAULT_MAX_RECTANGLES, CounterfactualMaps, build_maps, load_maps
+from .maps import DEFAULT_MAX_RECTANGLES, CounterfactualMaps, build_maps, check_schema, load_maps
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region, py_scalar
 from .schema import Feature, FeatureSchema
 from .storage import check_save_path
@@ -63,6 +63,7 @@ __all__ = [
     "UnsupportedModelError",
     "available_memory",
     "build_maps",
+    "check_schema",
     "check_save_path",
     "default_build_memory",
     "default_query_memory",

@@ -232,7 +232,7 @@ class Grid:
         counts = np.array([p.size for p in thr_parts], dtype=np.int64)
         thr_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         cell_offsets = np.concatenate([[0], np.cumsum(counts + 1)]).astype(np.int64)
-        return cls(
+        grid = cls(
             thr_offsets=thr_offsets,
             thr_values=np.concatenate(thr_parts) if m else np.zeros(0),
             cell_offsets=cell_offsets,
@@ -247,6 +247,10 @@ class Grid:
             raw_thresholds=int(raw),
             view32=view32,
         )
+        # with the model's thresholds known: a declared weight they make unmeasurable is
+        # refused at build, not by every query after
+        schema.check_weights(grid.magnitudes)
+        return grid
 
     # -- points <-> cells -----------------------------------------------------------------
     def check_domain(self, A: np.ndarray, names: Sequence[str]) -> None:

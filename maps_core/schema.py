@@ -344,6 +344,27 @@ class FeatureSchema:
                 raise SchemaError(str(exc), feature=i) from None
         return out
 
+    def check_weights(self, magnitudes: np.ndarray) -> None:
+        """Refuse a declared weight whose product with twice its feature's largest
+        threshold magnitude (``magnitudes``, shape (n_features,), the grid's) passes
+        ``2**MAX_COST_EXPONENT``: every query would then be refused for it (a weight of
+        1e308 on an unbounded feature was accepted, and no query could be answered).
+
+        Raises
+        ------
+        SchemaError
+            Naming the feature, with its position.
+        """
+        for i, f in enumerate(self.features):
+            if f.weight is None or f.type == "nominal":
+                continue
+            w, big = float(f.weight), float(magnitudes[i])
+            if not _measurable(w, -big, big):
+                raise SchemaError(
+                    f"feature {f.name!r}: weight {w:g} times the model's thresholds on it (up "
+                    f"to {big:g}) passes float64's range for distances (about 1e301); declare "
+                    "a smaller weight", feature=i)
+
     def default_group_costs(self) -> dict[str, float]:
         """Cost of switching category per one-hot group: the largest ``weight`` declared
         on the group's columns, else 1 (the cost of flipping a binary feature, whose

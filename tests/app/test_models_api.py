@@ -124,6 +124,13 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
         # weight x the feature's largest value past float64's range for distances
         ('{"features": [{"name": "a", "upper": 100, "weight": 1e300}, {"name": "b"}, '
          '{"name": "c"}, {"name": "d"}, {"name": "e"}]}', "spec.features.0"),
+        # unbounded: the model's thresholds set the scale (it built, then every query was
+        # refused for weights the client never sent)
+        ('{"features": [{"name": "a"}, {"name": "b", "weight": 1e308}, '
+         '{"name": "c"}, {"name": "d"}, {"name": "e"}]}', "spec.features.1"),
+        # and a name no query string can carry
+        ('{"features": [{"name": "a\\u0000b"}, {"name": "b"}, '
+         '{"name": "c"}, {"name": "d"}, {"name": "e"}]}', "spec.features.0"),
         ('{"name": 5}', "spec.name"),
         (
             '{"features": [{"name": "a", "lower": NaN}, {"name": "b"}, {"name": "c"}, '

@@ -129,6 +129,13 @@ def test_a_declared_weight_too_large_for_its_bounds_is_refused_at_build():
     assert err.value.feature == 0
     ok = CounterfactualMaps.build(model, FeatureSchema((Feature("a", upper=100, weight=1e290),)))
     assert ok.counterfactual(np.array([10.0]), True).feasible
+    # unbounded, the model's thresholds (about 50) set the scale: 1e308 was accepted, then
+    # every query refused for weights the client never sent
+    with pytest.raises(SchemaError, match="thresholds") as err:
+        CounterfactualMaps.build(model, FeatureSchema((Feature("a", weight=1e308),)))
+    assert err.value.feature == 0
+    ok = CounterfactualMaps.build(model, FeatureSchema((Feature("a", weight=1e290),)))
+    assert ok.counterfactual(np.array([10.0]), True).feasible
 
 
 @pytest.mark.parametrize("norm", NORMS)
