@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from maps_core import CounterfactualMaps, InvalidQueryError, py_scalar
+from maps_core import BudgetExceededError, CounterfactualMaps, InvalidQueryError, py_scalar
 from maps_core.slices import map_slice
 from maps_core.splits import FLOAT32_MAX, beyond_view
 
@@ -183,6 +183,11 @@ def counterfactual_answer(
         )
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, single)
+        raise
+    except BudgetExceededError as exc:
+        # the row whose search ran out, so a client can drop it and send the rest again
+        if exc.row is not None:
+            exc.field = _row_path(None, exc.row, single)
         raise
     out = results_json(results, codec, body.k, display)
     return out[0] if single else {"results": out}

@@ -34,7 +34,23 @@ class SchemaError(MapsError, ValueError):
 
 class BudgetExceededError(MapsError):
     """A budget ran out: extraction's rectangles or time (when told to stop), or a query's
-    search inside the mixed regions a budgeted build left (``query.MAX_MIXED_POPS``)."""
+    search inside the mixed regions a budgeted build left (``query.MAX_MIXED_POPS``).
+
+    Parameters
+    ----------
+    message : str
+        Which budget, and what would help.
+    row : int, optional
+        Row of the query's input matrix whose search ran out (the first such).
+    field : str, optional
+        Where a caller's request names that row (``instances.3``), as for
+        :class:`InvalidQueryError`; the core leaves it unset.
+    """
+
+    def __init__(self, message: str, row: int | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+        self.field = field
 
 
 class ArtifactError(MapsError):

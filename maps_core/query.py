@@ -984,8 +984,7 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
     n = A.shape[0]
     budget = budget or SearchBudget()
     if opts.k != 1 or n < _BATCH_MIN_ROWS:
-        return [search(engine, A[i], t_idx, opts, int(rids[i]), cats[i], budget)
-                for i in range(n)]
+        return [_search_row(engine, A, i, t_idx, opts, rids, cats, budget) for i in range(n)]
     A = np.ascontiguousarray(A, dtype=np.float64)
     pred = locate(engine, A, rids)
     cmins, cmaxs = opts.constraint_boxes(A)
@@ -1005,7 +1004,9 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
         out_of = np.flatnonzero(status == OUT_OF_BUDGET)
         if out_of.size:
             # the first such row names the budget it ran out of, as the row-by-row path
-            raise budget.exceeded(int(counters[out_of[0], 4]), engine)
+            exc = budget.exceeded(int(counters[out_of[0], 4]), engine)
+            exc.row = int(rows[out_of[0]])
+            raise exc
         norm = opts.norm_code
         for r, i in enumerate(rows.tolist()):
             engine.pace.record(norm, int(counters[r, 2]), float(seconds[r]), PARALLEL_AFTER)
@@ -1023,8 +1024,19 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
                 optimal=bool(proven),
                 lower_bound=d if proven else finish(norm, float(low[r])))
     return [out if out is not None
-            else search(engine, A[i], t_idx, opts, int(rids[i]), cats[i], budget)
+            else _search_row(engine, A, i, t_idx, opts, rids, cats, budget)
             for i, out in enumerate(outs)]
+
+
+def _search_row(engine: SearchEngine, A: np.ndarray, i: int, t_idx: int | None,
+                opts: QueryOptions, rids: np.ndarray, cats: np.ndarray,
+                budget: SearchBudget) -> SearchOutput:
+    """:func:`search` of row ``i`` of a batch; a budget that runs out names the row."""
+    try:
+        return search(engine, A[i], t_idx, opts, int(rids[i]), cats[i], budget)
+    except BudgetExceededError as exc:
+        exc.row = i
+        raise
 
 
 def search(engine: SearchEngine, x: np.ndarray, t_idx: int | None, opts: QueryOptions,

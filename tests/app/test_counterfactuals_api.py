@@ -254,19 +254,30 @@ def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:
                                json={"instances": X.tolist(), "norm": "l2"}).json()["results"]
     with service_factory(build_max_rectangles=20, query_max_boxes=1, query_threads=1) as svc:
         mid = svc.add(rf.skops)
-        refused = 0
-        for x, want in zip(X, free, strict=True):
+        refused = []
+        for i, (x, want) in enumerate(zip(X, free, strict=True)):
             r = svc.client.post(f"/v1/models/{mid}/counterfactuals",
                                 json={"instance": x.tolist(), "norm": "l2"})
             if r.status_code == 422:
                 assert r.json()["error"] == "budget_exceeded"
                 assert "more than 1 boxes" in r.json()["message"]
+                assert r.json()["field"] == "instance"
                 assert want["stats"]["regions_refined"] > 1
-                refused += 1
+                refused.append(i)
             else:
                 assert r.status_code == 200
                 assert r.json()["counterfactual_distance"] == want["counterfactual_distance"]
-        assert refused > 0
+        assert refused
+        # a batch names its first row out of the budget (it named none: the client could
+        # not tell which to drop), in the compiled batch and row by row (k = 2)
+        for k in (1, 2):
+            r = svc.client.post(f"/v1/models/{mid}/counterfactuals",
+                                json={"instances": X.tolist(), "norm": "l2", "k": k})
+            assert r.status_code == 422 and r.json()["error"] == "budget_exceeded", r.text
+            if k == 1:
+                assert r.json()["field"] == f"instances.{refused[0]}"
+            else:  # k = 2 searches further: its first row out may come earlier
+                assert int(r.json()["field"].split(".")[1]) <= refused[0]
 
 
 def test_query_memory_budget_setting(service_factory: Any, rf: Fitted) -> None:
