@@ -461,6 +461,8 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
         trees.add_skipping_inf(feature, threshold, left, right, value)
     # categorical splits unfold into more nodes than the file has
     check_size("LightGBM model", n_classes=n_classes, n_nodes=trees.n_nodes)
+    if model.objective == "multiclassova":
+        _check_ova_resolves(model, scale)
     return trees.ensemble(
         kind=f"LightGBM({model.objective})",
         n_features=model.n_features_in_,
@@ -472,6 +474,47 @@ def flatten(model: LightGBMModel) -> FlatEnsemble:
         tie_break="low",
         split_rule=FLOAT64_LE,
     )
+
+
+#: Largest ``sigmoid * raw score`` a multiclassova model may reach: below it, two classes
+#: whose float64 probabilities round to the same value have raw scores within the
+#: engine's least near-tie margin (1e-9), where it asks the model; the probabilities'
+#: spacing, 2**-53 near 1, over sigmoid's slope ``p (1 - p) >= exp(-x) / 4``, with a
+#: factor 4 for exp's and the division's rounding: ``2**-49 exp(x) / sigmoid <= 1e-9``.
+#: Beyond it, LightGBM picks the first class among probabilities that all read 1.0
+#: (raw scores 191 and 296, say), a decision no sum of leaves makes.
+_OVA_RESOLVED = math.log(1e-9 * 2.0**49)
+#: Least ``sigmoid * raw score``: below about -708 the probabilities are subnormal and
+#: then 0, and tie as well.
+_OVA_LEAST = -700.0
+
+
+def _check_ova_resolves(model: LightGBMModel, scale: float) -> None:
+    """Refuse a multiclassova model whose raw scores reach where its sigmoid
+    probabilities merge far beyond a near tie (see :data:`_OVA_RESOLVED`): the bounds are
+    each class's sums of its trees' largest and least leaves.
+
+    Raises
+    ------
+    UnsupportedModelError
+    """
+    k = model.n_tree_per_iteration
+    hi, lo = np.zeros(k), np.zeros(k)
+    for i, t in enumerate(model.trees):
+        hi[i % k] += float(t.leaf_value.max()) * scale
+        lo[i % k] += float(t.leaf_value.min()) * scale
+    top = model.sigmoid * float(hi.max())
+    least = model.sigmoid * float(lo.min())
+    limit = _OVA_RESOLVED + math.log(model.sigmoid)
+    if top > limit or least < _OVA_LEAST:
+        raise UnsupportedModelError(
+            f"LightGBM multiclassova model: its raw scores reach {top / model.sigmoid:.4g} "
+            f"(at least {least / model.sigmoid:.4g}), where the per-class sigmoid "
+            "probabilities of classes far apart round to the same float64 value (1.0) and "
+            "LGBMClassifier.predict takes the first of them, a decision the maps cannot "
+            f"follow exactly (they can while sigmoid x raw score stays within "
+            f"[{_OVA_LEAST:g}, {limit:.3g}]); train with objective='multiclass', a smaller "
+            "learning rate or fewer trees")
 
 
 def _unfolded(t: _Tree, n_classes: int, column: int, scale: float,

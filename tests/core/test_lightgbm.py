@@ -263,3 +263,28 @@ def test_classes_times_nodes_are_bounded():
         parse_lightgbm(_many_classes(6000))
     with pytest.raises(UnsupportedModelError, match="20000 classes; cfmaps supports at most 10,000"):
         parse_lightgbm(_many_classes(20_000))
+
+
+def test_multiclassova_scores_where_probabilities_merge_are_refused():
+    """multiclassova: LGBMClassifier.predict is the argmax of per-class sigmoid
+    probabilities, first on a tie. Where two classes' raw scores both pass about 37 their
+    probabilities both read 1.0 and the first class wins, however far apart the scores
+    (191 and 296): the maps, deciding by the larger score, disagreed with predict on 12%
+    of a cube and returned invalid counterfactuals (QA). Such a model is refused; one whose
+    scores stay where probabilities resolve builds and agrees with predict."""
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(400, 3))
+    s = X[:, 0] + 0.5 * X[:, 1] + rng.normal(0, 0.7, 400)
+    y = np.digitize(s, [-0.7, 0.0, 0.7])  # 4 classes
+    hot = lgb.LGBMClassifier(objective="multiclassova", n_estimators=6, learning_rate=1.75,
+                             num_leaves=8, min_child_samples=1, reg_lambda=0.0, max_bin=3,
+                             verbose=-1, random_state=0).fit(X, y)
+    P = rng.uniform(-3, 3, size=(20000, 3))
+    raw = hot.predict(P, raw_score=True)
+    assert (np.sort(raw, axis=1)[:, -2] > 37).any()  # the case: two scores past 37
+    with pytest.raises(UnsupportedModelError, match="multiclassova .* round to the same"):
+        CounterfactualMaps.build(hot)
+    mild = lgb.LGBMClassifier(objective="multiclassova", n_estimators=20, learning_rate=0.1,
+                              num_leaves=8, verbose=-1, random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(mild)
+    assert np.array_equal(maps.predict(P), mild.predict(P))
