@@ -681,6 +681,8 @@ _L2_TOP_EXP = 500
 #: the count. So l0's costs are scaled to put the middle of the costs an answer may pay
 #: within 2**+-_L0_EXP (:func:`_l0_exponent`).
 _L0_EXP = 8
+#: How far below l0's largest cost its scale may lie (:func:`_l0_exponent`).
+_L0_TOP_SPAN = 26
 
 
 @njit(cache=True, nogil=True)
@@ -884,15 +886,19 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
 
 
 def _l0_exponent(exps: np.ndarray, e_top: int) -> int:
-    """The power of two l0's costs are scaled by: the middle, in binary exponents, of the
-    costs an answer may pay (``exps``), so that its tie-break (the weighted l1, folded into
-    the key as ``changes + l1 / (1 + l1)``) tells apart l1 values from about ``2**-50`` to
-    ``2**50`` of that middle (a constant column at weight 1e20 had set the scale, and every
-    real move vanished from the key). At most ``2**900`` below the largest cost ``e_top``,
-    so that no scaled cost overflows."""
+    """The power of two l0's costs are scaled by, so that its tie-break (the weighted l1,
+    folded into the key as ``changes + l1 / (1 + l1)``, which tells l1 values apart only
+    within about ``2**+-26`` of 1) resolves the costs an answer may pay (``exps``, each
+    feature's or group's largest): their median, robust to one feature far from the rest
+    (a LightGBM 0/1 column split at 1e-35 put the middle of the least and largest at
+    2**-54, and every real move rounded away), raised to at most ``2**_L0_TOP_SPAN`` below
+    the largest, whose moves decide most sums (a constant column at weight 1e20 had set the
+    scale, and every real move vanished). At most ``2**900`` below the largest cost
+    ``e_top``, so that no scaled cost overflows."""
     if not exps.size:
         return e_top
-    return max((int(exps.max()) + int(exps.min())) // 2, e_top - 900)
+    e = max(int(np.median(exps)), int(exps.max()) - _L0_TOP_SPAN)
+    return max(e, e_top - 900)
 
 
 def _in_callers_units(out: SearchOutput, norm: int, e: int) -> SearchOutput:

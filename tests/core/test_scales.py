@@ -283,3 +283,34 @@ def test_l2_measures_small_moves_beside_splits_near_float64s_end():
         want = {"l1": d.sum(), "l2": float(np.hypot(*d)), "linf": d.max()}[norm]
         assert 0.4 < best.distance == pytest.approx(want, rel=1e-9), norm
         assert m.predict(best.x[None])[0] == 1
+
+
+def test_l0_tie_break_beside_a_lightgbm_zero_threshold_and_far_apart_scales():
+    """l0's costs were scaled around the middle of the least and largest feature costs: a
+    LightGBM 0/1 column, split at its zero threshold 1e-35, put that middle at 2**-54 and
+    every real move rounded away from the tie-break (a one-change answer 6x the l1 of the
+    best one-change answer came back); so did one feature around 8e22 beside one at 1e-30.
+    Now the median cost, at most 2**26 below the largest (QA)."""
+    import lightgbm as lgb
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    X = np.column_stack([rng.uniform(0, 10, n), rng.uniform(0, 10, n),
+                         rng.integers(0, 2, n)]).astype(float)
+    y = ((X[:, 0] > 5.0) | (X[:, 1] > 8.0)).astype(int)
+    y[(X[:, 2] == 1) & (X[:, 0] < 1)] = 1  # the 0/1 column matters, away from the query
+    model = lgb.LGBMClassifier(n_estimators=20, num_leaves=8, verbose=-1,
+                               random_state=0).fit(X, y)
+    c0 = 8.388608e22
+    Xs = np.column_stack([c0 + rng.uniform(-4e15, 4e15, 4000), rng.uniform(-1e-30, 1e-30, 4000)])
+    ys = (((Xs[:, 0] > c0 + 1e15) | (Xs[:, 0] < c0 - 2e15)) & (Xs[:, 1] > 0)).astype(int)
+    far = HistGradientBoostingClassifier(max_iter=20, random_state=0).fit(Xs, ys)
+    for m, x in ((model, np.array([4.0, 2.0, 0.0])), (far, np.array([c0, 5e-31]))):
+        maps = CounterfactualMaps.build(m)
+        w = np.ones(x.size)
+        l1 = maps.counterfactual(x, 1, norm="l1", weights=w).best
+        l0 = maps.counterfactual(x, 1, norm="l0", weights=w).best
+        assert np.count_nonzero(l1.x != x) == 1 and l0.distance == 1.0
+        assert m.predict(l0.x[None])[0] == 1
+        # the least weighted l1 among one-change answers: the l1 optimum's
+        assert np.sum(w * np.abs(l0.x - x)) == pytest.approx(l1.distance, rel=1e-6)
