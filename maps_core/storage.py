@@ -97,6 +97,14 @@ def check_save_path(path: str | os.PathLike[str]) -> None:
     """
     path = Path(path)
     if not os.path.lexists(path):
+        # the nearest existing ancestor must be a directory to make the rest under (a
+        # file there was a FileExistsError from the save, after the whole build)
+        up = path.parent
+        while not os.path.lexists(up) and up != up.parent:
+            up = up.parent
+        if os.path.lexists(up) and not up.is_dir():
+            raise ArtifactError(f"{path}: {up} is a file, so no directory can be made there "
+                                "for the maps; choose another path")
         return
     if path.is_dir() and ((path / MANIFEST).is_file() or not any(path.iterdir())):
         return
@@ -121,7 +129,11 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
     path = Path(path)
     check_save_path(path)
     if parents:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # permissions, a file appeared meanwhile: the caller's path
+            raise ArtifactError(f"{path}: cannot make its directory: "
+                                f"{exc.strerror or exc}") from exc
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         ncmax = int(maps.grid.n_cells.max(initial=1))

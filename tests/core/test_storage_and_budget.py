@@ -17,6 +17,7 @@ from maps_core import (
     CounterfactualMaps,
     IncompatibleArtifactError,
     InvalidQueryError,
+    check_save_path,
 )
 from maps_core._memory import bytes_per_box
 from tests.conftest import fit, region_end_points, synthetic
@@ -68,6 +69,14 @@ def test_save_replaces_only_maps(built, tmp_path):
     assert (project / "src" / "code.py").read_text() == "precious"
     assert model_file.read_bytes() == b"PK model" and link.is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "model.skops", "project"]
+    # under a file: was a FileExistsError after the build; an ArtifactError now, from the
+    # check that the CLI makes before building too
+    for target in (model_file / "maps", model_file / "a" / "b"):
+        with pytest.raises(ArtifactError, match="is a file"):
+            check_save_path(target)
+        with pytest.raises(ArtifactError, match="is a file"):
+            maps.save(target)
+    assert model_file.read_bytes() == b"PK model"
     (tmp_path / "empty").mkdir()
     for target in (tmp_path / "empty", tmp_path / "new", tmp_path / "new"):  # new, then maps
         maps.save(target)
