@@ -238,8 +238,18 @@ def _query_label(entry: Any, text: str | None) -> Any:
     integer labels), else the text (a display name or a string label)."""
     if text is None:
         return None
-    for label in entry.class_labels:
-        value = label.item() if isinstance(label, np.generic) else label
-        if str(value) == text and not (entry.class_names and text in entry.class_names):
+    if entry.class_names and text in entry.class_names:
+        return text
+    values = [label.item() if isinstance(label, np.generic) else label
+              for label in entry.class_labels]
+    for value in values:
+        if str(value) == text:
+            return value
+    try:  # "1" for the label 1.0, as the JSON body's 1 is
+        number = float(text)
+    except ValueError:
+        return text
+    for value in values:
+        if isinstance(value, int | float) and not isinstance(value, bool) and value == number:
             return value
     return text

@@ -262,3 +262,22 @@ def test_marks_far_off_the_picture_draw_nothing() -> None:
         img = np.zeros((10, 20, 3), dtype=np.uint8)
         mark(img, (-3.0, 5.0), 6, (255, 255, 255))
         assert img[:, 0].any() and not img[:, 5:].any()
+
+
+def test_a_query_string_target_names_a_float_label_as_the_json_body_does(service) -> None:
+    """Labels {1.0, 2.0}: the POST's target 1 is the label 1.0, but GET map.png?target=1
+    was a 422 unknown class (only "1.0" matched the label's text)."""
+    import skops.io as sio
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    y = np.where(X[:, 0] > 0, 2.0, 1.0)
+    mid = service.add(sio.dumps(RandomForestClassifier(5, max_depth=3, random_state=0).fit(X, y)))
+    q = {"features": "x0,x1", "instance": "0.5,0,0", "width": 40, "height": 30}
+    pictures = [service.client.get(f"/v1/models/{mid}/map.png", params={**q, "target": t})
+                for t in ("1", "1.0", "1e0")]
+    assert [r.status_code for r in pictures] == [200, 200, 200], pictures[0].text
+    assert pictures[0].content == pictures[1].content == pictures[2].content
+    bad = service.client.get(f"/v1/models/{mid}/map.png", params={**q, "target": "3"})
+    assert bad.status_code == 422 and bad.json()["field"] == "target"
