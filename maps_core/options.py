@@ -234,12 +234,8 @@ def make_options(
                     f"group_costs.{gname}",
                 )
             g = base.group_names.index(gname)
-            try:
-                gcost[g] = float(v)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidQueryError(
-                    f"cost of group {gname!r} must be a number", f"group_costs.{gname}"
-                ) from exc
+            # a number, as a weight must be ("1" and True were taken for 1)
+            gcost[g] = _number(v, f"cost of group {gname!r}", f"group_costs.{gname}")
             if not math.isfinite(gcost[g]) or gcost[g] < 0:
                 raise InvalidQueryError(
                     f"cost of group {gname!r} must be finite and >= 0", f"group_costs.{gname}"

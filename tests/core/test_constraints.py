@@ -178,6 +178,18 @@ def test_a_weight_named_on_a_one_hot_column_is_refused(grouped: Suite) -> None:
     grouped.maps.counterfactual(x, weights={"c0": 2.0})  # the other columns take one
 
 
+def test_a_group_cost_must_be_a_number_as_a_weight_must(grouped: Suite) -> None:
+    """``group_costs={"color": "1"}`` or ``True`` were taken for 1 (float() of them), where
+    the same values as weights are refused (QA)."""
+    x = next(iter(grouped.queries(np.random.default_rng(0))))
+    for bad in ("1", True, [1.0], None, -1.0, np.inf):
+        with pytest.raises(InvalidQueryError) as err:
+            grouped.maps.counterfactual(x, group_costs={"color": bad})
+        assert err.value.field == "group_costs.color", bad
+    for ok in (1, 2.5, np.float32(0.5), np.int64(3)):
+        assert grouped.maps.counterfactual(x, group_costs={"color": ok}).feasible
+
+
 def test_immutable_category_is_kept(grouped: Suite) -> None:
     """A group whose every column is immutable keeps x's category."""
     rng = np.random.default_rng(4)
