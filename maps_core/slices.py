@@ -158,12 +158,16 @@ def map_slice(maps: CounterfactualMaps, x: np.ndarray, a: int, b: int, width: in
     b_lo, b_hi = _range(maps, b, float(X[0, b]), b_range, "b_range")
     g = maps.grid
     legal = {f: (float(g.dom_lower[f]), float(g.dom_upper[f])) for f in (a, b)}
-    for lo, hi, n, field in ((a_lo, a_hi, width, "a_range"), (b_lo, b_hi, height, "b_range")):
+    for f, lo, hi, n, field, given in ((a, a_lo, a_hi, width, "a_range", a_range),
+                                       (b, b_lo, b_hi, height, "b_range", b_range)):
         # the pixel centres lo + (i + 0.5) * (hi - lo) / n: the product must not overflow
         # (from 1.8e308 / n up, it did: centres at inf, outside the range, labelled there)
         if not np.isfinite((hi - lo) * n):
-            raise InvalidQueryError(f"{field} [{lo}, {hi}] is too wide for {n} pixels: "
-                                    f"(hi - lo) x {n} must be finite", field)
+            what = (f"{field} [{lo}, {hi}]" if given is not None else
+                    f"the default range of {names[f]!r} around the instance's value "
+                    f"{float(X[0, f]):g}, [{lo:g}, {hi:g}],")
+            raise InvalidQueryError(f"{what} is too wide for {n} pixels: (hi - lo) x {n} "
+                                    f"must be finite; give a narrower {field}", field)
     for f, lo, hi, field in ((a, a_lo, a_hi, "a_range"), (b, b_lo, b_hi, "b_range")):
         if integral[f] and (max(np.ceil(lo), np.ceil(legal[f][0]))
                             > min(np.floor(hi), np.floor(legal[f][1]))):

@@ -122,3 +122,18 @@ def test_labelling_in_blocks_gives_the_same_picture(monkeypatch):
     assert np.array_equal(whole.boxes, blocks.boxes)
     want = np.searchsorted(model.classes_, model.predict(pixel_points(x, 0, 1, whole)))
     assert np.array_equal(whole.labels.ravel(), want)
+
+
+def test_a_default_range_too_wide_says_it_is_the_default():
+    """An instance at 1e306 on a float64 model: the default range around it is too wide
+    to draw, and the error quoted an a_range the caller never gave (QA)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 2))
+    maps = CounterfactualMaps.build(
+        HistGradientBoostingClassifier(max_iter=3).fit(X, (X[:, 0] > 0).astype(int)))
+    with pytest.raises(InvalidQueryError, match="default range of 'x0' around the instance's "
+                       "value 1e.306.* give a narrower a_range") as exc:
+        map_slice(maps, np.array([1e306, 0.0]), 0, 1, 480, 10)
+    assert exc.value.field == "a_range"
