@@ -85,6 +85,21 @@ def test_costs_beyond_float64_are_refused(forest):
     assert err.value.field.startswith("weights.")  # the weight at fault, by name
 
 
+def _refusals(maps, x, t, cases, norm, match):
+    """For each ``(options, field, row)`` of ``cases`` (``options["x"]``, a row or a batch,
+    in place of ``x``): the InvalidQueryError the query raises, with the field and row
+    expected."""
+    for opts, field, row in cases:
+        opts = dict(opts)
+        A = opts.pop("x", x)
+        with pytest.raises(InvalidQueryError, match=match) as err:
+            if A.ndim == 2:
+                maps.counterfactuals(A, t, norm=norm, **opts)
+            else:
+                maps.counterfactual(A, t, norm=norm, **opts)
+        yield err.value, field, row
+
+
 def test_the_cost_past_float64_is_named_where_it_comes_from():
     """Every cost past float64's range was blamed on 'weights, use smaller weights', even
     with no weights sent: a row's value, a group's switching cost or a bound may be it."""
@@ -107,14 +122,8 @@ def test_the_cost_past_float64_is_named_where_it_comes_from():
              ({"group_costs": {"c": 1e305}}, "group_costs.c", None),
              ({"bounds": {"u": [1e305, None]}}, "bounds.u", None),
              ({"weights": {"u": 1e305}}, "weights.u", None)]
-    for opts, field, row in cases:
-        A = opts.pop("x", x)
-        with pytest.raises(InvalidQueryError, match="float64") as err:
-            if A.ndim == 2:
-                maps.counterfactuals(A, t, norm="l1", **opts)
-            else:
-                maps.counterfactual(A, t, norm="l1", **opts)
-        assert (err.value.field, err.value.row) == (field, row), opts
+    for err, field, row in _refusals(maps, x, t, cases, "l1", "float64"):
+        assert (err.field, err.row) == (field, row)
 
 
 def test_a_declared_weight_too_large_for_its_bounds_is_refused_at_build():
@@ -189,15 +198,9 @@ def test_l2_refusal_of_far_apart_scales_names_their_cause():
     cases = [({"x": far}, "x1", 0), ({"x": np.vstack([x, far])}, "x1", 1),
              ({"bounds": {"x1": [1e150, None]}}, "bounds.x1", None),
              ({"weights": {"x0": 1.0, "x1": 1e150}}, "weights.x1", None)]
-    for opts, field, row in cases:
-        A = opts.pop("x", x)
-        with pytest.raises(InvalidQueryError, match="l2 cannot compare") as err:
-            if A.ndim == 2:
-                maps.counterfactuals(A, t, norm="l2", **opts)
-            else:
-                maps.counterfactual(A, t, norm="l2", **opts)
-        assert (err.value.field, err.value.row) == (field, row), opts
-        assert "x0" in str(err.value) and "x1" in str(err.value)
+    for err, field, row in _refusals(maps, x, t, cases, "l2", "l2 cannot compare"):
+        assert (err.field, err.row) == (field, row)
+        assert "x0" in str(err) and "x1" in str(err)
     # the same queries in l1 answer
     assert maps.counterfactual(far, t, norm="l1").feasible
 
