@@ -509,6 +509,9 @@ class Registry:
         Raises
         ------
         InvalidInputError, UnsafeModelFileError, PayloadTooLargeError, UnsupportedModelFileError
+        StorageError
+            The data dir refused the upload's files (:class:`StorageFullError` when full);
+            nothing is left of them.
         """
         try:
             return self._register(upload, spec, filename)
@@ -844,16 +847,18 @@ class Registry:
     def delete(self, model_id: str) -> None:
         """Forget a model and remove its files; a running build is cancelled. A model
         uploaded through another process and not seen here yet is deleted too (not a
-        :class:`~app.errors.ModelNotFoundError`). Blocks while a build writes its files."""
+        :class:`~app.errors.ModelNotFoundError`). Blocks while a build writes its files.
+        A :class:`~app.errors.StorageError` when the data dir refuses the removal: the
+        model stays as it was."""
         if self.behind(model_id):
             self.catch_up(model_id)
         self.get(model_id)  # a 404 first
         # A data dir that refuses writes (a read-only replica) refuses the delete before
         # anything is cancelled or forgotten here: the model stays served.
         if not os.access(self.root, os.W_OK | os.X_OK):
+            ro = _read_only(self.root)
             raise self._storage_error(PermissionError(
-                errno.EROFS if _read_only(self.root) else errno.EACCES,
-                "read-only" if _read_only(self.root) else "no write permission"),
+                errno.EROFS if ro else errno.EACCES, "read-only" if ro else "no write permission"),
                 "delete the model")
         with self._lock:
             entry = self.get(model_id)
