@@ -44,8 +44,14 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     while not srv.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
+    base = f"http://127.0.0.1:{port}"
+    # ready once the warm-up has compiled (or loaded) the query kernels, even with no models
+    deadline = time.monotonic() + 300
+    while httpx.get(f"{base}/readyz", timeout=10).status_code != 200:
+        assert thread.is_alive() and time.monotonic() < deadline, "the app did not get ready"
+        time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield base
     finally:
         srv.should_exit = True
         thread.join(timeout=20)
