@@ -15,9 +15,23 @@ from pathlib import Path
 import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 
-from ._norms import N_NORMS
+from ._norms import N_NORMS, NORM_NAMES
 from .maps import CounterfactualMaps
 from .query import PARALLEL_ROWS
+
+#: The rectangle budget that leaves the warm-up's model with mixed regions.
+MIXED_BUDGET = 2
+
+
+def _model() -> tuple[RandomForestClassifier, np.ndarray]:
+    """The warm-up's forest and its rows (shape (200, 4)): big enough that a budget of
+    :data:`MIXED_BUDGET` rectangles leaves mixed regions (4 trees of depth 3 were
+    certified whole whatever the budget, so the mixed-region search was never warmed, and
+    a service's first query on budgeted maps compiled for tens of seconds)."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 4))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    return RandomForestClassifier(n_estimators=8, max_depth=4, random_state=0).fit(X, y), X
 
 
 def warm_up() -> float:
@@ -34,18 +48,20 @@ def warm_up() -> float:
         Seconds taken (mostly compilation, or loading numba's cache).
     """
     t0 = time.perf_counter()
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(80, 3))
-    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
-    model = RandomForestClassifier(n_estimators=4, max_depth=3, random_state=0).fit(X, y)
+    model, X = _model()
     with tempfile.TemporaryDirectory(prefix="cfmaps-warmup-") as tmp:
-        for budget in (None, 2):
+        for budget in (None, MIXED_BUDGET):
             path = Path(tmp) / f"maps-{budget}"
             CounterfactualMaps.build(model, max_rectangles=budget).save(path)
             maps = CounterfactualMaps.load(path, mmap=True)
             for max_seconds in (None, 60.0):
                 maps.counterfactual(X[0], max_seconds=max_seconds)
                 maps.counterfactuals(X[:4], max_seconds=max_seconds)
+            # every norm, k > 1 and the best found within a budget (the guesses' kernels):
+            # a first query of one of these compiled for tens of seconds past max_seconds
+            for norm in NORM_NAMES:
+                maps.counterfactual(X[1], norm=norm, k=2)
+            maps.counterfactual(X[1], max_boxes=1, on_budget="best")
             if maps.engine.has_mixed:
                 # a search in two parts and a batch in two threads, as on maps whose
                 # searches are long

@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
-from maps_core import lazy, query
-from maps_core.warmup import warm_up
+import json
+import subprocess
+import sys
 
 
 def test_warm_up_compiles_the_paths_a_service_runs() -> None:
-    assert warm_up() >= 0.0
-    # a service memory-maps its maps: read-only arrays, a signature of their own
-    single = [str(s) for s in lazy.best_first.signatures]
-    batch = [str(s) for s in query._batch.signatures]
-    assert any("readonly" in s for s in single)
-    assert any("readonly" in s for s in batch)
+    """In a fresh process, so that only the warm-up's own calls count (in the test run's
+    process, earlier tests had compiled the kernels, and this test passed while the
+    warm-up's maps had no mixed region and never ran the mixed-region search)."""
+    probe = (
+        "import json\n"
+        "from maps_core import _incumbent, lazy, query\n"
+        "from maps_core.warmup import warm_up\n"
+        "warm_up()\n"
+        "print(json.dumps({name: [str(s) for s in f.signatures] for name, f in (\n"
+        "    ('single', lazy.best_first), ('batch', query._batch),\n"
+        "    ('guess', _incumbent.with_polished))}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=900, check=True)
+    signatures = json.loads(out.stdout.strip().splitlines()[-1])
+    # a service memory-maps its maps: read-only arrays, a signature of their own; the
+    # mixed-region search, a batch, and the best found within a budget (its guesses)
+    for name in ("single", "batch", "guess"):
+        assert any("readonly" in s for s in signatures[name]), name
+
+
+def test_the_warm_up_runs_the_mixed_region_search() -> None:
+    """Its budgeted maps must keep mixed regions, else the search inside them is never
+    compiled before the first query (its old forest was certified whole at any budget)."""
+    from maps_core import CounterfactualMaps
+    from maps_core.warmup import MIXED_BUDGET, _model
+
+    model, _ = _model()
+    assert CounterfactualMaps.build(model, max_rectangles=MIXED_BUDGET).engine.has_mixed
