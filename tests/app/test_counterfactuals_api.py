@@ -332,7 +332,8 @@ def test_query_threads_setting(service_factory: Any, rf: Fitted,
     got: dict[int, list[float]] = {}
     for n in (1, 2):
         calls.clear()
-        with service_factory(build_max_rectangles=20, query_threads=n) as svc:
+        # no warm-up: its own searches run in parts (in two threads) and would count
+        with service_factory(build_max_rectangles=20, query_threads=n, warm_up=False) as svc:
             assert svc.settings.query_threads == n
             mid = svc.add(rf.skops)
             got[n] = []
