@@ -193,6 +193,14 @@ def counterfactual_answer(
     return out[0] if single else {"results": out}
 
 
+def default_map_size(max_side: int) -> dict[str, int]:
+    """The picture's size when a request gives none: :data:`MAP_DEFAULT_SIZE` shrunk to
+    fit ``max_side`` pixels, its 4:3 kept, as ``{"width": w, "height": h}``."""
+    scale = min(1.0, max_side / max(MAP_DEFAULT_SIZE))
+    return {side: max(1, int(default * scale))
+            for side, default in zip(("width", "height"), MAP_DEFAULT_SIZE, strict=True)}
+
+
 def check_map_size(body: MapRequest, max_side: int) -> MapRequest:
     """``body`` with the default size shrunk to fit ``max_side`` pixels (its 4:3 kept),
     when the request gives no size; refuses a size given wider or higher than that
@@ -203,11 +211,8 @@ def check_map_size(body: MapRequest, max_side: int) -> MapRequest:
     InvalidInputError
         Naming ``width`` or ``height``.
     """
-    given = body.model_fields_set
-    w0, h0 = MAP_DEFAULT_SIZE
-    scale = min(1.0, max_side / max(w0, h0))
-    fitted = {side: max(1, int(default * scale)) for side, default in
-              (("width", w0), ("height", h0)) if side not in given}
+    fitted = {side: v for side, v in default_map_size(max_side).items()
+              if side not in body.model_fields_set}
     if fitted:
         body = body.model_copy(update=fitted)
     for field, v in (("width", body.width), ("height", body.height)):

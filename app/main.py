@@ -28,7 +28,7 @@ from maps_core.warmup import warm_up
 
 from . import errors
 from .builds import BuildManager
-from .dataplane import check_map_size
+from .dataplane import default_map_size
 from .errors import error_body
 from .metrics import Metrics, MetricsMiddleware
 from .observability import WORKER_LOG_ENV, RequestIdMiddleware, configure_logging
@@ -37,7 +37,7 @@ from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
 from .routes.lean import LeanDispatch
-from .schemas import NORM_DEFAULT_WORDS, MapRequest
+from .schemas import NORM_DEFAULT_WORDS
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
@@ -186,20 +186,19 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
                     props["norm"]["description"] = props["norm"]["description"].replace(
                         f"default {NORM_DEFAULT_WORDS}.", f"default {settings.default_norm}.", 1)
             if "MapRequest" in schemas:  # the map picture's routes are served
-                # the limit, and the default size as fitted to it (check_map_size)
-                fitted = check_map_size(MapRequest(features=["a", "b"], instance=[]),
-                                        settings.map_max_side)
+                # the limit, and the default size as fitted to it
+                fitted = default_map_size(settings.map_max_side)
                 for side in ("width", "height"):
                     prop = schemas["MapRequest"]["properties"][side]
                     prop["maximum"] = settings.map_max_side
-                    prop["default"] = getattr(fitted, side)
+                    prop["default"] = fitted[side]
                 get = doc["paths"]["/v1/models/{model_id}/map.png"]["get"]
                 for param in get["parameters"]:
                     if param["name"] in ("width", "height"):
                         # int | None: the schema is an anyOf; state the integer's limit
                         param["schema"] = {"type": "integer", "minimum": 1,
                                            "maximum": settings.map_max_side,
-                                           "default": getattr(fitted, param["name"])}
+                                           "default": fitted[param["name"]]}
             _document_conventions(doc, settings)
             app.openapi_schema = doc
         return app.openapi_schema
