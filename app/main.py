@@ -24,7 +24,7 @@ from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from maps_core.warmup import warm_up
+from maps_core.warmup import discard_scratch, warm_up
 
 from . import errors
 from .builds import BuildManager
@@ -351,6 +351,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             stop.set()
             builds.shutdown()
+            discard_scratch()  # a warm-up still under way: the process ends without it
 
     app = FastAPI(
         title="cfmaps",

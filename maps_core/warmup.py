@@ -8,7 +8,9 @@ a service runs :func:`warm_up` before it reports ready.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +23,10 @@ from .query import PARALLEL_ROWS
 
 #: The rectangle budget that leaves the warm-up's model with mixed regions.
 MIXED_BUDGET = 2
+
+# The scratch directories of warm-ups under way (see discard_scratch).
+_scratch: set[str] = set()
+_scratch_lock = threading.Lock()
 
 
 def _model() -> tuple[RandomForestClassifier, np.ndarray]:
@@ -49,27 +55,58 @@ def warm_up() -> float:
     """
     t0 = time.perf_counter()
     model, X = _model()
-    with tempfile.TemporaryDirectory(prefix="cfmaps-warmup-") as tmp:
-        for budget in (None, MIXED_BUDGET):
-            path = Path(tmp) / f"maps-{budget}"
-            CounterfactualMaps.build(model, max_rectangles=budget).save(path)
-            maps = CounterfactualMaps.load(path, mmap=True)
-            for max_seconds in (None, 60.0):
-                maps.counterfactual(X[0], max_seconds=max_seconds)
-                maps.counterfactuals(X[:4], max_seconds=max_seconds)
-            # every norm, k > 1 and the best found within a budget (the guesses' kernels):
-            # a first query of one of these compiled for tens of seconds past max_seconds
-            for norm in NORM_NAMES:
-                maps.counterfactual(X[1], norm=norm, k=2)
-            maps.counterfactual(X[1], max_boxes=1, on_budget="best")
-            if maps.engine.has_mixed:
-                # a search in two parts and a batch in two threads, as on maps whose
-                # searches are long
-                maps.engine.pace.long[:] = maps.engine.pace.seconds[:] = [1e9] * N_NORMS
-                maps.counterfactual(X[0], threads=2)
-                maps.counterfactuals(X[:2 * PARALLEL_ROWS], threads=2)
-            del maps  # the memory maps close before the directory goes
+    with tempfile.TemporaryDirectory(prefix="cfmaps-warmup-",
+                                     ignore_cleanup_errors=True) as tmp:
+        with _scratch_lock:
+            _scratch.add(tmp)
+        try:
+            _run(model, X, Path(tmp))
+        finally:
+            with _scratch_lock:
+                _scratch.discard(tmp)
     return time.perf_counter() - t0
 
 
-__all__ = ["warm_up"]
+def _run(model: RandomForestClassifier, X: np.ndarray, tmp: Path) -> None:
+    """The warm-up's builds and queries, its maps saved under ``tmp``."""
+    for budget in (None, MIXED_BUDGET):
+        path = tmp / f"maps-{budget}"
+        # parents=False: after discard_scratch, a save fails rather than make the
+        # directory again
+        CounterfactualMaps.build(model, max_rectangles=budget).save(path, parents=False)
+        maps = CounterfactualMaps.load(path, mmap=True)
+        for max_seconds in (None, 60.0):
+            maps.counterfactual(X[0], max_seconds=max_seconds)
+            maps.counterfactuals(X[:4], max_seconds=max_seconds)
+        # every norm, k > 1 and the best found within a budget (the guesses' kernels):
+        # a first query of one of these compiled for tens of seconds past max_seconds
+        for norm in NORM_NAMES:
+            maps.counterfactual(X[1], norm=norm, k=2)
+        maps.counterfactual(X[1], max_boxes=1, on_budget="best")
+        if maps.engine.has_mixed:
+            # a search in two parts and a batch in two threads, as on maps whose
+            # searches are long
+            maps.engine.pace.long[:] = maps.engine.pace.seconds[:] = [1e9] * N_NORMS
+            maps.counterfactual(X[0], threads=2)
+            maps.counterfactuals(X[:2 * PARALLEL_ROWS], threads=2)
+        del maps  # the memory maps close before the directory goes
+
+
+def discard_scratch() -> None:
+    """Remove the scratch directories of the warm-ups still running in this process.
+
+    A service warms up in a daemon thread and, stopped by SIGTERM, ends by that signal
+    once its shutdown has run (uvicorn re-raises it), so a warm-up under way never reached
+    its own clean-up and left its directory in the temp dir. The service's shutdown
+    calls this; the interrupted warm-up then fails, which costs nothing at that point.
+    """
+    with _scratch_lock:
+        dirs = list(_scratch)
+    for d in dirs:
+        for _ in range(3):  # a save under way may add a file between two passes
+            shutil.rmtree(d, ignore_errors=True)
+            if not Path(d).exists():
+                break
+
+
+__all__ = ["discard_scratch", "warm_up"]

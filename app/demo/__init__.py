@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shlex
+import signal
 import sys
 import tempfile
 import threading
@@ -252,8 +254,47 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+class _Terminated(Exception):
+    """SIGTERM, raised in the main thread (see :func:`run_demo`)."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def run_demo(host: str = "127.0.0.1", port: int = 8000, data_dir: str | None = None) -> int:
-    """Serve the demo until interrupted; returns the exit status."""
+    """Serve the demo until interrupted; returns the exit status.
+
+    Stopped by SIGTERM (``docker stop``, systemd, ``kill``), it removes its temporary data
+    directory and then ends by that signal, as ``cfmaps serve`` does. uvicorn re-raises
+    the signal it stopped on; with the default action the process ended on the spot and
+    left the directory (the demo's built maps, about 7 MB) behind in the temp dir.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
+    terminated = False
+    try:
+        driver, server = _serve_demo(host, port, data_dir)
+    except _Terminated:
+        terminated = True
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    if terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return 128 + signal.SIGTERM  # not reached: the signal ends the process
+    if driver.failed:
+        sys.stderr.write(f"cfmaps: error: demo: {driver.failed}\n")
+        return 1
+    if not server.started:
+        sys.stderr.write(f"cfmaps: error: demo: could not serve on {host}:{port}\n")
+        return 1
+    return 0
+
+
+def _serve_demo(host: str, port: int, data_dir: str | None) -> tuple[_Driver, Any]:
+    """Run the demo's server in this thread until it stops; returns its driver and server."""
     import uvicorn
 
     from app.main import create_app
@@ -276,11 +317,6 @@ def run_demo(host: str = "127.0.0.1", port: int = 8000, data_dir: str | None = N
             if exc.code not in (0, None):
                 server.should_exit = True
                 driver.failed = driver.failed or f"could not serve on {host}:{port}"
-        thread.join(timeout=5)
-    if driver.failed:
-        sys.stderr.write(f"cfmaps: error: demo: {driver.failed}\n")
-        return 1
-    if not server.started:
-        sys.stderr.write(f"cfmaps: error: demo: could not serve on {host}:{port}\n")
-        return 1
-    return 0
+        finally:
+            thread.join(timeout=5)
+    return driver, server

@@ -494,3 +494,42 @@ def test_a_build_orphaned_by_a_killed_api_process_stops_and_is_built_again(
         assert info["status"] == "ready", (info, log_path.read_text()[-3000:])
         r = http.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": [0.0] * 8})
         assert r.status_code == 200 and r.json()["feasible"] is True, r.text
+
+
+def test_a_server_stopped_during_its_warm_up_leaves_nothing_in_the_temp_dir(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM during the start-up warm-up (a new machine compiles for minutes): uvicorn
+    shuts down and ends by the signal, so the warm-up's daemon thread never removed its
+    scratch directory, and every such stop left one in the temp dir."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    port = free_port()
+    cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
+           "serve", "--port", str(port), "--log-level", "warning"]
+    log_path = tmp_path / "server.log"
+    with log_path.open("ab") as log_file:
+        # an empty numba cache: the warm-up compiles for minutes, so it is under way when
+        # the signal comes
+        env = {**os.environ, "CFMAPS_DATA_DIR": str(tmp_path / "data"), "TMPDIR": str(scratch),
+               "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+        server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
+        try:
+            def warming() -> bool:
+                assert server.poll() is None, log_path.read_text()
+                try:
+                    up = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                except httpx.TransportError:
+                    return False
+                return up.status_code == 200 and any(scratch.glob("cfmaps-warmup-*"))
+
+            wait_until(warming, timeout=120)
+            assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 503
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait(timeout=10)
+    assert server.returncode == -signal.SIGTERM, log_path.read_text()
+    assert list(scratch.glob("cfmaps-warmup-*")) == [], log_path.read_text()

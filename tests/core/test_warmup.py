@@ -5,6 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
 
 
 def test_warm_up_compiles_the_paths_a_service_runs() -> None:
@@ -37,3 +43,34 @@ def test_the_warm_up_runs_the_mixed_region_search() -> None:
 
     model, _ = _model()
     assert CounterfactualMaps.build(model, max_rectangles=MIXED_BUDGET).engine.has_mixed
+
+
+def test_discard_scratch_removes_a_running_warm_ups_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service stopped by SIGTERM ends without its warm-up thread's clean-up, which left
+    a ``cfmaps-warmup-*`` directory (the maps saved so far) in the temp dir at every such
+    stop; its shutdown calls :func:`discard_scratch`. The interrupted warm-up must then
+    fail rather than make its directory again."""
+    from maps_core.warmup import discard_scratch, warm_up
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            warm_up()
+        except Exception as exc:  # noqa: BLE001 - what the thread ended with is the result
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob("cfmaps-warmup-*")) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert list(tmp_path.glob("cfmaps-warmup-*")), "the warm-up made no scratch directory"
+    discard_scratch()
+    thread.join(timeout=600)
+    assert not thread.is_alive()
+    assert failures, "the warm-up ended before its directory was discarded"
+    assert list(tmp_path.iterdir()) == []
