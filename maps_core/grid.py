@@ -36,6 +36,7 @@ from .splits import (
     FLOAT32_OVERFLOW,
     canonical_thresholds,
     model_view,
+    next_integer,
     real_boundaries,
     rule_flags,
 )
@@ -214,7 +215,7 @@ class Grid:
             thr_parts.append(cuts)
             # Cell j lies between the real boundaries of cuts j-1 and j, within the domain.
             if integral_f:
-                lower = np.concatenate([[lo], cuts + 1.0])  # integers above the cut
+                lower = np.concatenate([[lo], next_integer(cuts)])  # integers above the cut
                 upper = np.concatenate([cuts, [hi]])
                 lclosed = np.ones(K + 1, dtype=bool)
                 uclosed = np.ones(K + 1, dtype=bool)

@@ -132,8 +132,21 @@ def canonical_thresholds(t: np.ndarray, rule: str, integral: bool) -> np.ndarray
     # owns it (x <= 2.5 -> 2; float32(x) <= 3.0 -> 3).
     b, left_owns = real_boundaries(s, rule)
     cut = np.floor(b)
-    cut[(cut == b) & ~left_owns] -= 1.0
+    below = (cut == b) & ~left_owns
+    cut[below] = previous_integer(cut[below])
     return cut
+
+
+def previous_integer(v: np.ndarray) -> np.ndarray:
+    """The largest integer below each integer of ``v``: ``v - 1``, except from 2**53 on,
+    where every float64 is an integer and ``v - 1`` rounds back to ``v`` (a timestamp in
+    nanoseconds, about 1.7e18, has 256 between neighbours)."""
+    return np.minimum(v - 1.0, np.nextafter(v, -np.inf))
+
+
+def next_integer(v: np.ndarray) -> np.ndarray:
+    """The smallest integer above each integer of ``v`` (see :func:`previous_integer`)."""
+    return np.maximum(v + 1.0, np.nextafter(v, np.inf))
 
 
 def real_boundaries(s: np.ndarray, rule: str) -> tuple[np.ndarray, np.ndarray]:
@@ -205,7 +218,9 @@ __all__ = [
     "floor32",
     "model_view",
     "next_down",
+    "next_integer",
     "next_up",
+    "previous_integer",
     "real_boundaries",
     "rule_flags",
 ]

@@ -141,3 +141,46 @@ def test_integers_past_two_to_the_24_follow_float32_rounding(norm):
     w = np.array([1.0, 0.5])
     for x in X[:25]:
         check_result(maps, bf, x, None, {}, w, norm, rng)
+
+
+@pytest.mark.parametrize("kind", ["hgb", "dt"])
+def test_integers_past_two_to_the_53(kind):
+    """Past 2**53 every float64 is an integer and ``t + 1`` rounds back to ``t`` (a
+    nanosecond timestamp, about 1.7e18, has 256 between neighbours): the integer cell
+    above a cut began at the cut itself, which the model sends below, so answers there
+    were the other class. Checked with the model's own ``predict``: the answer and its
+    region's ends get the target, and the float64 next to the answer towards x does not
+    (the classes are two half-lines)."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from maps_core import Feature, FeatureSchema
+
+    B = 2.0**60  # float64s are 256 apart above, 128 below; float32s 2**37 above
+    if kind == "hgb":  # x <= t in float64
+        step = 256.0
+        X = np.repeat((B + step * np.arange(-8, 8)).reshape(-1, 1), 20, axis=0)
+        model = HistGradientBoostingClassifier(max_iter=3, min_samples_leaf=1,
+                                               random_state=0)
+    else:  # float32(x) <= t
+        step = 2.0**37
+        X = (B + step * np.arange(-8, 8)).reshape(-1, 1)
+        model = DecisionTreeClassifier(random_state=0)
+    model.fit(X, (X[:, 0] > B).astype(int))
+    lo, hi = B - 16 * step, B + 16 * step
+    maps = CounterfactualMaps.build(
+        model, FeatureSchema((Feature("ts", "integer", lower=lo, upper=hi),)))
+    xs = np.concatenate([X[::3, 0], [B, np.nextafter(B, np.inf), np.nextafter(B, -np.inf)]])
+    checked = 0
+    for x0 in xs:
+        x = np.array([x0])
+        for norm in NORMS:
+            cf = maps.counterfactual(x, norm=norm, weights=[1.0]).best
+            assert model.predict(cf.x[None])[0] == cf.target
+            ends = [v for v in (cf.region.lower[0], cf.region.upper[0]) if np.isfinite(v)]
+            assert np.all(model.predict(np.array(ends)[:, None]) == cf.target)
+            assert cf.distance == abs(cf.x[0] - x0)
+            if cf.x[0] != x0:
+                nearer = np.nextafter(cf.x[0], x0)
+                assert model.predict([[nearer]])[0] != cf.target
+                checked += 1
+    assert checked >= len(xs)  # every x is one class: its answer moves
