@@ -49,7 +49,7 @@ from maps_core import ArtifactError, CounterfactualMaps, MapsError
 from . import build_worker
 from .build_worker import BuildJob
 from .metrics import Metrics
-from .registry import ModelEntry, Registry
+from .registry import BuildLock, ModelEntry, Registry
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
@@ -115,14 +115,31 @@ class BuildManager:
 
     def submit(self, entry: ModelEntry) -> Future[None] | None:
         """Queue the build of a ``queued`` model; None when this process does not build
-        (role ``api``: a builder process picks the model up from the data dir)."""
+        (role ``api``: a builder process picks the model up from the data dir) or another
+        process holds the model's build lock (it builds the model; the sync follows it).
+
+        The lock is taken here and held while the build waits in the queue, not from when
+        a build thread gets to it: a model queued behind a long build had no holder, so
+        another worker's sync took it for an orphan and queued it as well, then left its
+        status alone until its own queue reached it (``queued`` in that worker for tens of
+        seconds after ``ready`` in this one, and 409s on a ready model)."""
         if self.settings.role == "api":
+            return None
+        lock = self.registry.build_lock(entry)
+        if lock is None:
+            entry.building_here = False
             return None
         entry.building_here = True
         self.metrics.builds_queued.inc()
-        fut = self._executor.submit(self._run, entry)
+        fut = self._executor.submit(self._run, entry, lock)
         self._futures.add(fut)
         fut.add_done_callback(self._futures.discard)
+
+        def unlock_if_cancelled(f: Future[None]) -> None:
+            if f.cancelled():  # never run (the service stopping): nobody else releases it
+                lock.release()
+
+        fut.add_done_callback(unlock_if_cancelled)
         return fut
 
     def shutdown(self) -> None:
@@ -152,14 +169,9 @@ class BuildManager:
         return {mid: p.pid for mid, p in list(self._children.items()) if p.pid is not None}
 
     # -- the build ------------------------------------------------------------------------
-    def _run(self, entry: ModelEntry) -> None:
+    def _run(self, entry: ModelEntry, lock: BuildLock) -> None:
+        """Build ``entry`` under its build ``lock`` (taken by :meth:`submit`), then release it."""
         self.metrics.builds_queued.dec()
-        lock = self.registry.build_lock(entry)
-        if lock is None:
-            # Another process (a replica, the builder) holds the build lock: it builds the
-            # model, and the data-dir sync shows its progress here.
-            entry.building_here = False
-            return
         try:
             # What a process that died while saving these maps left (the lock is ours now,
             # so nobody else writes there): a stop during a save must not leak its folder.
