@@ -1,7 +1,8 @@
 """Versioned on-disk format: one directory per model.
 
 ``manifest.json`` holds the format version, the model fingerprint, classes, schema, build
-statistics, and for every array its file name, dtype, shape and SHA-256. Arrays are plain
+statistics, for every array its file name, dtype, shape and SHA-256, and a SHA-256 of its
+own model, schema, grid and partition entries (``content_sha256``). Arrays are plain
 ``.npy`` files, loaded memory-mapped. Saving writes a temporary sibling directory and
 renames it into place, so a crash never leaves a half-written artifact under the final
 name. Loading refuses anything missing, truncated, tampered with or of another format
@@ -63,6 +64,20 @@ class Artifact:
     index: KDForest
     stats: BuildStats
     fingerprint: str
+
+
+# The manifest's own entries that decide answers, under one digest: the arrays have theirs
+# and the decision function the fingerprint, but an edited schema (a feature turned
+# integer with a new lower bound) loaded silently and changed the answers (not integers,
+# below the bound). Maps saved before the digest have none and are read as before.
+_CONTENT_KEY = "content_sha256"
+_CONTENT = ("model", "schema", "grid", "partition")
+
+
+def _content_digest(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's :data:`_CONTENT` entries, in canonical JSON."""
+    content = {k: manifest.get(k) for k in _CONTENT}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def _sha256(path: Path) -> str:
@@ -180,6 +195,9 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
             "stats": stats,
             "arrays": entries,
         }
+        # as it will read back (numpy scalars as Python numbers, tuples as lists)
+        manifest[_CONTENT_KEY] = _content_digest(
+            json.loads(json.dumps(manifest, default=_json_default)))
         data = json.dumps(manifest, indent=1, default=_json_default).encode()
         manifest["stats"]["bytes_on_disk"] = size + len(data)
         with open(tmp / MANIFEST, "wb") as fh:
@@ -250,6 +268,9 @@ def load_artifact(
             f"{path}: format version {manifest.get('format_version')!r}, this build of "
             f"cfmaps reads version {FORMAT_VERSION}; rebuild the maps"
         )
+    if verify and _CONTENT_KEY in manifest and manifest[_CONTENT_KEY] != _content_digest(manifest):
+        raise CorruptArtifactError(f"{mpath}: the model, schema or grid entries were changed "
+                                   "after the maps were saved (content digest)")
     try:
         arrays = _load_arrays(path, manifest["arrays"], mmap, verify)
         mm = manifest["model"]

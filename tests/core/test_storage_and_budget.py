@@ -119,6 +119,30 @@ def test_damaged_artifacts_are_refused(built, tmp_path, damage):
         CounterfactualMaps.load(path)
 
 
+@pytest.mark.parametrize("edit", ["integer", "weight", "mutable", "view32", "classes"])
+def test_edited_manifest_entries_are_refused(built, tmp_path, edit):
+    """The schema and grid entries of the manifest decide answers as much as the arrays:
+    a feature turned integer with a lower bound loaded silently, and answered with a
+    value neither integral nor above that bound."""
+    _, _, maps = built
+    path = maps.save(tmp_path / "m")
+    CounterfactualMaps.load(path)  # as saved: read back
+    manifest = json.loads((path / "manifest.json").read_text())
+    if edit == "integer":
+        manifest["schema"][0].update(type="integer", lower=3)
+    elif edit == "weight":
+        manifest["schema"][0]["weight"] = 1000.0
+    elif edit == "mutable":
+        manifest["schema"][1]["mutable"] = False
+    elif edit == "view32":
+        manifest["grid"]["view32"] = not manifest["grid"]["view32"]
+    else:
+        manifest["model"]["classes"] = manifest["model"]["classes"][::-1]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorruptArtifactError):
+        CounterfactualMaps.load(path)
+
+
 def test_missing_artifact(tmp_path):
     with pytest.raises(ArtifactNotFoundError):
         CounterfactualMaps.load(tmp_path / "nothing")
