@@ -49,6 +49,16 @@ def parse_byte_size(text: str) -> int:
 _EMPTY_IS_NO_LIMIT = frozenset({"query_max_seconds", "build_max_seconds", "build_max_rectangles"})
 
 
+def _check_token(token: str) -> None:
+    """Refuse a token no client can send: HTTP header values arrive as bytes that the
+    server reads as Latin-1, so a token with ``ü`` matched no client that sends UTF-8 (and
+    every one of its requests was a 403). Printable ASCII only, as bearer tokens are
+    (RFC 6750); the message does not repeat the token."""
+    if not all("!" <= ch <= "~" for ch in token):
+        raise ValueError("a token must be printable ASCII without spaces (characters ! to ~): "
+                         "HTTP clients cannot send others in a header as the server reads them")
+
+
 class Settings(BaseSettings):
     """cfmaps service settings.
 
@@ -242,6 +252,20 @@ class Settings(BaseSettings):
         # `echo` ends in a newline, and every admin call was a 403.
         if isinstance(v, str):
             return v.strip() or None
+        return v
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _ascii_tokens(cls, v: list[str]) -> list[str]:
+        for t in v:
+            _check_token(t)
+        return v
+
+    @field_validator("admin_token")
+    @classmethod
+    def _ascii_admin_token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None:
+            _check_token(v.get_secret_value())
         return v
 
     @property

@@ -103,6 +103,10 @@ def test_settings_read_as_documented(monkeypatch: pytest.MonkeyPatch, tmp_path, 
     ("CFMAPS_SYNC_INTERVAL_SECONDS", "1e-9"),  # an idle process kept half a core busy
     ("CFMAPS_SYNC_INTERVAL_SECONDS", "inf"),  # replicas never saw each other's deletes
     ("CFMAPS_SYNC_INTERVAL_SECONDS", "3601"),
+    # HTTP headers arrive as Latin-1: a client sending UTF-8 never matched (403 always)
+    ("CFMAPS_API_TOKENS", "api-\u00fc"),
+    ("CFMAPS_API_TOKENS", "ok,has space"),
+    ("CFMAPS_ADMIN_TOKEN", "adm-\u00fc"),
 ])
 def test_settings_out_of_range_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path, var: str,
                                            value: str) -> None:
