@@ -220,6 +220,9 @@ def _allowed_methods(request: Request) -> list[str]:
         scope = {**request.scope, "method": method}
         if any(route.matches(scope)[0] == Match.FULL for route in request.app.router.routes):
             allowed.append(method)
+    if "GET" in allowed and "HEAD" not in allowed:
+        # FastAPI's routes declare GET only; HEAD is answered as GET (HeadAsGetMiddleware)
+        allowed.insert(allowed.index("GET") + 1, "HEAD")
     return allowed
 
 

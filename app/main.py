@@ -215,7 +215,8 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
       from loopback clients, open query routes).
     * Every 422 is an :class:`~app.schemas.ErrorResponse` (FastAPI documents its own
       ``HTTPValidationError``, a shape this service never sends).
-    * 429 and 503 carry ``Retry-After`` (not the 503 of a data dir refusing writes).
+    * 429 and 503 carry ``Retry-After`` (not the 503 of a data dir refusing writes), and
+      so does the 409 of a model still queued, building or loading.
     * ``/metrics`` answers Prometheus' text format.
     """
     comps = doc.setdefault("components", {})
@@ -226,6 +227,10 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
     error_ref = {"$ref": "#/components/schemas/ErrorResponse"}
     retry = {"Retry-After": {"description": "Seconds to wait before asking again",
                              "schema": {"type": "integer"}}}
+    not_ready_retry = {"Retry-After": {
+        "description": "Seconds to wait before asking again, while the model is queued, "
+                       "building or loading (not sent once its build failed)",
+        "schema": {"type": "integer"}}}
     for path, item in doc.get("paths", {}).items():
         for method, op in item.items():
             responses = op.get("responses", {})
@@ -240,6 +245,8 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
             for code in ("429", "503"):
                 if code in responses and responses[code].get("description") != models.STORAGE_REFUSED:
                     responses[code].setdefault("headers", {}).update(retry)
+            if "409" in responses:  # a model not ready (Registry.get_ready)
+                responses["409"].setdefault("headers", {}).update(not_ready_retry)
     metrics = doc.get("paths", {}).get("/metrics", {}).get("get")
     if metrics is not None:
         metrics["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}

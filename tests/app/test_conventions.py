@@ -82,11 +82,16 @@ def test_json_logs_carry_the_request_id(service: Service) -> None:
 
 
 def test_405_names_every_allowed_method(service: Service) -> None:
-    for path, allowed in (("/v1/models", "GET, POST"), ("/v1/models/abc", "GET, DELETE"),
-                          ("/v1/models/abc/counterfactuals", "POST"), ("/healthz", "GET")):
+    for path, allowed in (("/v1/models", "GET, HEAD, POST"),
+                          ("/v1/models/abc", "GET, HEAD, DELETE"),
+                          ("/v1/models/abc/counterfactuals", "POST"), ("/healthz", "GET, HEAD")):
         r = service.client.options(path)
         assert r.status_code == 405 and r.headers["Allow"] == allowed, path
         assert r.json()["error"] == "method_not_allowed"
+        # every method named is answered (HEAD as GET), none other
+        for method in ("HEAD", "GET"):
+            code = service.client.request(method, path).status_code
+            assert (code == 405) == (method not in allowed), (path, method, code)
 
 
 def test_openapi_states_its_rules(service: Service) -> None:
