@@ -205,6 +205,17 @@ def test_display_names_integer_features_and_domain(service: Service, gb3: Fitted
     assert r.status_code == 422 and r.json()["field"] == "instance.age"
     assert "legal range" in r.json()["message"]
 
+    # an unknown class is refused naming the classes as the responses show them (the
+    # message listed the model's own labels)
+    r = service.client.post(url, json={"instance": x.tolist(), "target": "Top"})
+    assert r.status_code == 422 and r.json()["field"] == "target"
+    assert str(GB3_SPEC["classes"]) in r.json()["message"], r.json()["message"]
+    r = service.client.post(f"/v1/models/{model_id}/map.png",
+                            json={"instance": x.tolist(), "target": "Top",
+                                  "features": ["income", "score"]})
+    assert r.status_code == 422 and r.json()["field"] == "target"
+    assert str(GB3_SPEC["classes"]) in r.json()["message"], r.json()["message"]
+
     r = service.client.post(f"/v1/models/{model_id}/predict", json={"instance": x.tolist()})
     assert r.status_code == 200
     assert r.json()["prediction"] == display[pred]
