@@ -400,3 +400,36 @@ def test_size_limits_are_checked_before_allocating(tmp_path):
         parse_xgboost(json.dumps(doc).encode())
     model.update(trees=[tree] * 10, tree_info=[0] * 10, iteration_indptr=[0, 10])
     assert parse_xgboost(json.dumps(doc).encode()).n_classes == k
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_split_conditions_of_infinity_are_read(sign):
+    """``tree_method="exact"`` on values near float32's largest stores the overflowing
+    midpoint as a split condition of +inf or -inf; XGBoost predicts with it, and the model
+    was refused as "malformed". ``float32(x) < inf`` holds for every input the maps take
+    (within float32's range), ``< -inf`` for none."""
+    import json
+
+    big = float(np.finfo(np.float32).max)
+    near = big * (1 - 2.0**-23)
+    rng = np.random.default_rng(1)
+    x0 = sign * rng.choice([near, big], 300)
+    X = np.column_stack([x0, rng.normal(size=300)])
+    y = ((X[:, 1] > 0.0) | ((x0 == sign * big) & (X[:, 1] > -1))).astype(int)
+    model = xgb.XGBClassifier(n_estimators=4, max_depth=3, learning_rate=1.0,
+                              tree_method="exact", random_state=0).fit(X, y)
+    trees = json.loads(bytes(model.get_booster().save_raw("json")))[
+        "learner"]["gradient_booster"]["model"]["trees"]
+    conds = [c for t in trees for c, left in zip(t["split_conditions"], t["left_children"],
+                                                 strict=True) if left >= 0]
+    assert not np.all(np.isfinite(conds))  # the case under test
+    maps = CounterfactualMaps.build(model)
+    vals = [big, -big, near, -near, 0.0, 1e38, -1e38]
+    vals += [float(np.nextafter(v, d)) for v in vals for d in (np.inf, -np.inf)]
+    P = np.array([[v, w] for v in vals if abs(v) <= big for w in (-1.0, 0.5, 1.0, 1.5, 3.0)])
+    np.testing.assert_array_equal(maps.predict(P), model.predict(P))
+    assert np.unique(model.predict(P)).size == 2
+    for x in P:
+        res = maps.counterfactual(x)
+        assert res.best is not None, res
+        assert model.predict(res.best.x[None])[0] == res.best.target
