@@ -18,6 +18,7 @@ The only checks made here are the service's own limits (batch size, ``k``), and,
 from __future__ import annotations
 
 import json
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,6 +125,7 @@ def counterfactual_answer(
     *,
     resolve_target: Callable[[Any], Any] | None = None,
     display: Callable[[Any], Any] = py_scalar,
+    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Exact counterfactuals for a request body, as the JSON object the API returns.
 
@@ -140,6 +142,9 @@ def counterfactual_answer(
         engine then checks that label. Default: the target as given.
     display : callable
         A class label as the response shows it.
+    cancel : threading.Event, optional
+        Set when the answer is no longer wanted: the batch stops before its next rows
+        with :class:`~maps_core.QueryCancelledError`.
 
     Returns
     -------
@@ -180,6 +185,7 @@ def counterfactual_answer(
             max_memory=limits.max_memory,
             on_budget=body.on_budget,
             threads=limits.threads,
+            cancel=cancel,
         )
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, single)

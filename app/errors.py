@@ -30,6 +30,7 @@ from maps_core.exceptions import (
     BudgetExceededError,
     InvalidQueryError,
     MapsError,
+    QueryCancelledError,
     SchemaError,
     UnsupportedModelError,
 )
@@ -134,6 +135,9 @@ ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     # A query's or build's budget ran out: the request is valid but too expensive to serve
     # under the configured limits; retrying will not help, so not a 5xx.
     BudgetExceededError: (422, "budget_exceeded"),
+    # The client went away and its batch stopped: nobody reads the answer, but the access
+    # log and the metrics see nginx's "client closed request", not an error of ours.
+    QueryCancelledError: (499, "client_closed_request"),
     # Persisted maps unreadable: the server cannot serve this model now (not the client's
     # fault, but also not a bug in the service).
     ArtifactError: (503, "artifact_unavailable"),

@@ -30,6 +30,7 @@ from .exceptions import (
     IncompatibleArtifactError,
     InvalidQueryError,
     MapsError,
+    QueryCancelledError,
     SchemaError,
     UnsupportedModelError,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "IncompatibleArtifactError",
     "InvalidQueryError",
     "MapsError",
+    "QueryCancelledError",
     "QueryStats",
     "Region",
     "SchemaError",

@@ -53,6 +53,11 @@ class BudgetExceededError(MapsError):
         self.field = field
 
 
+class QueryCancelledError(MapsError):
+    """The caller cancelled a query while it ran (its ``cancel`` event was set): the rows
+    not yet searched were not searched. A service sets it when the client has gone away."""
+
+
 class ArtifactError(MapsError):
     """Base class of errors about persisted maps."""
 

@@ -29,8 +29,9 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -43,7 +44,7 @@ from ._memory import boxes_within, default_query_memory, usable_cpus
 from ._norms import L0, L2, LINF, finish
 from .distance import NOMINAL, rect_dist
 from .engine import SearchEngine
-from .exceptions import BudgetExceededError, InvalidQueryError
+from .exceptions import BudgetExceededError, InvalidQueryError, QueryCancelledError
 from .grid import cells_kernel
 from .lazy import (
     COMPLETE,
@@ -560,6 +561,9 @@ class SearchBudget:
         and gets ``1 / threads`` of ``max_memory``. Default: 2, or 1 where the process
         may use a single processor (:func:`~maps_core._memory.usable_cpus`). The answers
         are the same in any number.
+    cancel : threading.Event, optional
+        Once set, a batch stops before its next rows with :class:`QueryCancelledError`
+        (see :func:`search_batch`); a row's search under way runs to its end.
     """
 
     max_boxes: int = MAX_MIXED_POPS
@@ -567,10 +571,12 @@ class SearchBudget:
     max_memory: int = field(default_factory=default_query_memory)
     best_found: bool = False
     threads: int = field(default_factory=lambda: default_threads())
+    cancel: threading.Event | None = None
 
     @classmethod
     def parse(cls, max_boxes: Any = None, max_seconds: Any = None, max_memory: Any = None,
-              on_budget: Any = "error", threads: Any = None) -> SearchBudget:
+              on_budget: Any = "error", threads: Any = None,
+              cancel: threading.Event | None = None) -> SearchBudget:
         """The budget a caller's options ask for (``None``: the default), checked.
 
         Raises
@@ -594,7 +600,13 @@ class SearchBudget:
             raise InvalidQueryError(
                 f"on_budget must be 'error' or 'best', not {on_budget!r}", "on_budget")
         return cls(max_boxes=boxes, max_seconds=seconds, max_memory=memory,
-                   best_found=on_budget == "best", threads=n_threads)
+                   best_found=on_budget == "best", threads=n_threads, cancel=cancel)
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`QueryCancelledError` when the caller has cancelled the query."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise QueryCancelledError("the query was cancelled before all its rows were "
+                                      "searched")
 
     def max_held(self, engine: SearchEngine) -> int:
         """The boxes a search on ``engine``'s maps may hold at once within ``max_memory``."""
@@ -929,7 +941,10 @@ def search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: Q
     answer needs Python goes through :func:`search`: x itself (the target is its class),
     near-tie boxes the model must label, or no answer (the reason is worded there).
     ``rids`` and ``cats`` are the rows' rectangles and categories, and ``budget`` each row's
-    budgets and what a row out of them gets, as for :func:`search`.
+    budgets and what a row out of them gets, as for :func:`search`. With ``budget.cancel``
+    the compiled searches run in chunks of rows (:func:`_chunks`), and the event is looked
+    at before each chunk and each row searched alone: once it is set, the batch stops with
+    :class:`QueryCancelledError`.
     """
     opts, e = kernel_units(engine, opts, A)
     return [_in_callers_units(out, opts.norm_code, e)
@@ -1002,9 +1017,9 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
     else:
         tmasks[:, t_idx] = True
         fast = ~((pred == t_idx) & np.all((cmins <= A) & (A <= cmaxs), axis=1))
-    rows = np.flatnonzero(fast)
     outs: list[SearchOutput | None] = [None] * n
-    if rows.size:
+    for rows in _chunks(np.flatnonzero(fast), engine, opts.norm_code, budget):
+        budget.check_cancelled()
         (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low) = _batch_rows(
             engine, opts, budget, A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows])
         out_of = np.flatnonzero(status == OUT_OF_BUDGET)
@@ -1034,10 +1049,36 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
             for i, out in enumerate(outs)]
 
 
+#: With a cancel event (:attr:`SearchBudget.cancel`), a batch's compiled searches run in
+#: chunks of rows expected to take about this many seconds (the maps' running mean per
+#: row, :class:`~maps_core.engine.SearchPace`), so that a cancel waits for about that plus
+#: the rows under way; a chunk's fixed cost is tens of microseconds.
+CANCEL_SECONDS = 0.1
+
+
+def _chunks(rows: np.ndarray, engine: SearchEngine, norm: int,
+            budget: SearchBudget) -> Iterator[np.ndarray]:
+    """``rows`` (row indices, shape (n,)) in consecutive chunks: all at once without a
+    cancel event; with one, chunks of about :data:`CANCEL_SECONDS` of expected search, and
+    at least :data:`PARALLEL_ROWS` rows per thread so that they are still dealt out. The
+    size is read afresh before each chunk, as the pace learns from the chunks before."""
+    start = 0
+    while start < rows.size:
+        size = rows.size
+        if budget.cancel is not None:
+            pace = engine.pace.seconds[norm]
+            size = max(PARALLEL_ROWS * budget.threads,
+                       int(CANCEL_SECONDS / pace) if pace > 0 else 0)
+        yield rows[start:start + size]
+        start += size
+
+
 def _search_row(engine: SearchEngine, A: np.ndarray, i: int, t_idx: int | None,
                 opts: QueryOptions, rids: np.ndarray, cats: np.ndarray,
                 budget: SearchBudget) -> SearchOutput:
-    """:func:`search` of row ``i`` of a batch; a budget that runs out names the row."""
+    """:func:`search` of row ``i`` of a batch, unless the batch was cancelled; a budget
+    that runs out names the row."""
+    budget.check_cancelled()
     try:
         return search(engine, A[i], t_idx, opts, int(rids[i]), cats[i], budget)
     except BudgetExceededError as exc:

@@ -39,6 +39,7 @@ from .deps import (
     charged,
     in_thread,
     model_entry,
+    until_disconnect,
 )
 from .lean import LeanJSONRoute
 
@@ -92,7 +93,10 @@ async def counterfactuals(
     with charged(request, n * min(int(body.k), settings.max_k)):
         # CPU-bound engine work runs in a worker thread so that the event loop keeps
         # serving, unless it is bounded and short (runs_inline): then the hop costs more.
-        answer = query() if runs_inline(entry.maps, body) else await in_thread(query)
+        if runs_inline(entry.maps, body):
+            answer = query()
+        else:
+            answer = await until_disconnect(request, query)
     results = answer["results"] if "results" in answer else [answer]
     metrics.counterfactuals.inc(len(results))
     unproven = sum(not r["optimal"] for r in results)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -118,6 +119,30 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     call = functools.partial(fn, *args, **kwargs)
     ctx = contextvars.copy_context()
     return await asyncio.get_running_loop().run_in_executor(_executor, ctx.run, call)
+
+
+async def until_disconnect(request: Request, fn: Callable[..., T]) -> T:
+    """``fn(cancel=cancel)`` in a worker thread (:func:`in_thread`), with ``cancel`` set as soon as
+    the client disconnects, so that a long batch whose client gave up stops between rows
+    (``maps_core``'s ``cancel``) instead of holding worker threads that other queries
+    wait for; its :class:`~maps_core.QueryCancelledError` is answered to nobody.
+
+    The request's body has been read, so the next message the server gives is
+    ``http.disconnect``: when the client goes away, or once the response is sent (the
+    watcher is stopped before that).
+    """
+    cancel = threading.Event()
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        cancel.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await in_thread(fn, cancel=cancel)
+    finally:
+        watcher.cancel()
 
 
 async def model_entry(registry: Registry, model_id: str, *, ready: bool = False) -> ModelEntry:

@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -533,3 +534,55 @@ def test_a_server_stopped_during_its_warm_up_leaves_nothing_in_the_temp_dir(
                 server.wait(timeout=10)
     assert server.returncode == -signal.SIGTERM, log_path.read_text()
     assert list(scratch.glob("cfmaps-warmup-*")) == [], log_path.read_text()
+
+
+# -- a client that gives up on a long batch -----------------------------------------------------
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
+def test_a_batch_whose_client_went_away_stops_between_rows(
+    rf: Fitted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content_type: str
+) -> None:
+    # The lean path (plain application/json) and FastAPI's (any other JSON content type)
+    # both watch for the disconnect. The first chunk of rows is held until the service has
+    # set its cancel event, so the test knows the client left mid-batch.
+    import maps_core.query
+
+    settings = Settings(data_dir=tmp_path / "data")
+    chunks: list[int] = []
+    started, hold, cancelled = threading.Event(), threading.Event(), threading.Event()
+    real = maps_core.query._batch_rows
+
+    def watched(engine: Any, opts: Any, budget: Any, A: Any, *rest: Any) -> Any:
+        chunks.append(A.shape[0])
+        if hold.is_set() and len(chunks) == 1:
+            started.set()
+            assert budget.cancel is not None and budget.cancel.wait(30)
+            cancelled.set()
+        return real(engine, opts, budget, A, *rest)
+
+    with serve_uvicorn(settings) as (base, _), httpx.Client(base_url=base, timeout=60) as http:
+        model_id = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)}).json()["id"]
+        assert _wait_http_ready(http, model_id)["status"] == "ready"
+        monkeypatch.setattr(maps_core.query, "_batch_rows", watched)
+        monkeypatch.setattr(maps_core.query, "CANCEL_SECONDS", 0.0)  # the smallest chunks
+        url = f"/v1/models/{model_id}/counterfactuals"
+        body = json.dumps({"instances": rf.X[:60].tolist()}).encode()
+        headers = {"content-type": content_type}
+        whole = http.post(url, content=body, headers=headers)
+        assert whole.status_code == 200, whole.text
+        assert len(chunks) > 2 and sum(chunks) == 60  # answered in chunks
+        chunks.clear()
+        hold.set()
+        host, port = base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(f"POST {url} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}"
+                         f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            assert started.wait(30)
+        # the client is gone: the service sets the event, the first chunk ends, no other runs
+        assert cancelled.wait(30)
+        wait_until(lambda: 'status="499"' in http.get("/metrics").text, timeout=30)
+        assert len(chunks) == 1
+        hold.clear()
+        again = http.post(url, content=body, headers=headers)
+        assert again.status_code == 200
+        assert ([(r["distance"], r["counterfactual"]) for r in again.json()["results"]]
+                == [(r["distance"], r["counterfactual"]) for r in whole.json()["results"]])

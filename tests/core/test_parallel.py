@@ -4,12 +4,20 @@ one part, exactly, under every budget; only the time and the counters may differ
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from sklearn.ensemble import RandomForestClassifier
 
+import maps_core.engine
 import maps_core.query
-from maps_core import BudgetExceededError, CounterfactualMaps, InvalidQueryError
+from maps_core import (
+    BudgetExceededError,
+    CounterfactualMaps,
+    InvalidQueryError,
+    QueryCancelledError,
+)
 from maps_core._memory import _cgroup_cpus, bytes_per_box, usable_cpus
 from maps_core._norms import L1, LINF
 from maps_core.engine import PACE_WEIGHT
@@ -220,3 +228,78 @@ def test_long_batches_deal_their_rows_out(mixed_forest, monkeypatch):
     with pytest.raises(BudgetExceededError, match="max_boxes"):
         monkeypatch.setattr(maps_core.query, "PARALLEL_SECONDS", 0.0)
         part.counterfactuals(rows, norm="l2", threads=2, max_boxes=1)
+
+
+class _CancelAfter:
+    """A cancel event that reads as set from its ``after``-th look on (a client that goes
+    away while the batch runs, at a known point)."""
+
+    def __init__(self, after: int) -> None:
+        self.after, self.looks = after, 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return self.looks >= self.after
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_cancelled_batch_stops_between_rows(mixed_forest, monkeypatch, k):
+    """With a cancel event, a batch runs in chunks of rows (k = 1: compiled chunks sized by
+    the maps' pace; k = 2: row by row) and looks at the event before each: unset, the
+    answers are those of one call, and a budget that runs out names the batch's row;
+    set, the batch stops there with QueryCancelledError, the rows after it unsearched."""
+    model, X, _, part = mixed_forest
+    calls = []
+    real_batch, real_search = maps_core.query._batch, maps_core.query.search
+    monkeypatch.setattr(maps_core.query, "_batch",
+                        lambda A, *a: calls.append(A.shape[0]) or real_batch(A, *a))
+    monkeypatch.setattr(maps_core.query, "search",
+                        lambda *a, **kw: calls.append(1) or real_search(*a, **kw))
+    monkeypatch.setattr(maps_core.query, "PARALLEL_SECONDS", np.inf)  # one thread a chunk
+    rows = X[:40]
+    one = part.counterfactuals(rows, norm="l2", k=k, threads=1)
+    assert calls == ([len(rows)] if k == 1 else [1] * len(rows))
+    # as if each row took 10 ms: chunks of CANCEL_SECONDS / 10 ms rows, at least
+    # PARALLEL_ROWS per thread
+    monkeypatch.setattr(maps_core.query, "CANCEL_SECONDS", 0.05)
+    chunk = 5 if k == 1 else 1
+    if k == 1:
+        monkeypatch.setattr(maps_core.engine.SearchPace, "record", lambda *a: None)
+        seconds = list(part.engine.pace.seconds)
+        seconds[maps_core.query.L2] = 0.01
+        monkeypatch.setattr(part.engine.pace, "seconds", seconds)
+    calls.clear()
+    event = threading.Event()
+    chunked = part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=event)
+    assert calls == [chunk] * (len(rows) // chunk)
+    for a, b in zip(one, chunked, strict=True):
+        assert [c.distance for c in a.counterfactuals] == [c.distance for c in b.counterfactuals]
+        assert all(np.array_equal(c.x, d.x) for c, d in
+                   zip(a.counterfactuals, b.counterfactuals, strict=True))
+        assert a.optimal and b.optimal
+    calls.clear()
+    with pytest.raises(QueryCancelledError):
+        part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=_CancelAfter(3))
+    assert calls == [chunk, chunk]  # the third look stopped it
+    event.set()
+    calls.clear()
+    with pytest.raises(QueryCancelledError):
+        part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=event)
+    assert calls == []
+    # a row past the first chunk out of its budget is named by its place in the batch
+    calls.clear()
+
+    def within(x: np.ndarray) -> bool:
+        try:
+            part.counterfactual(x, norm="l2", k=k, threads=1, max_boxes=50)
+        except BudgetExceededError:
+            return False
+        return True
+
+    fits = np.array([within(x) for x in rows])
+    assert 7 <= fits.sum() < len(rows)
+    order = np.r_[np.flatnonzero(fits)[:7], np.flatnonzero(~fits)[:1]]
+    with pytest.raises(BudgetExceededError) as out_of:
+        part.counterfactuals(rows[order], norm="l2", k=k, threads=1, max_boxes=50,
+                             cancel=threading.Event())
+    assert out_of.value.row == 7
