@@ -847,9 +847,11 @@ class Registry:
     def delete(self, model_id: str) -> None:
         """Forget a model and remove its files; a running build is cancelled. A model
         uploaded through another process and not seen here yet is deleted too (not a
-        :class:`~app.errors.ModelNotFoundError`). Blocks while a build writes its files.
-        A :class:`~app.errors.StorageError` when the data dir refuses the removal: the
-        model stays as it was."""
+        :class:`~app.errors.ModelNotFoundError`); one whose files another process removed
+        first (a DELETE there) is forgotten here and is a ``ModelNotFoundError``: of two
+        DELETEs racing in two processes, one answers 204 and the other 404. Blocks while a
+        build writes its files. A :class:`~app.errors.StorageError` when the data dir
+        refuses the removal: the model stays as it was."""
         if self.behind(model_id):
             self.catch_up(model_id)
         self.get(model_id)  # a 404 first
@@ -866,12 +868,17 @@ class Registry:
             del self._entries[model_id]
             self._deleted.add(model_id)
         # Wait for a build that is saving maps into the directory (see builds.py).
+        gone = False
         with entry.io_lock:
             d = self.root / model_id
             trash = self.root / f".trash-{model_id}"
-            if d.exists():
+            if not d.exists():
+                gone = True
+            else:
                 try:
                     os.replace(d, trash)
+                except FileNotFoundError:
+                    gone = True
                 except OSError as exc:
                     # still on disk, so still here (and on every other replica); a build
                     # cancelled above runs again at the next start
@@ -879,11 +886,16 @@ class Registry:
                         self._deleted.discard(model_id)
                         self._entries.setdefault(model_id, entry)
                     raise self._storage_error(exc, "delete the model") from exc
-                _fsync_dir(self.root)
-                shutil.rmtree(trash, ignore_errors=True)
+                else:
+                    _fsync_dir(self.root)
+                    shutil.rmtree(trash, ignore_errors=True)
         entry.model = None
         entry.maps = None
         self._changed()
+        if gone:
+            # Another process deleted it first (its rename won): that DELETE was the one
+            # that removed it, so this one answers as a second DELETE in one process does.
+            raise ModelNotFoundError(f"no model with id {model_id!r}", "model_id")
 
     def close(self) -> None:
         """Signal every running build and pending load to stop (service shutdown)."""

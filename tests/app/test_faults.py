@@ -586,3 +586,20 @@ def test_a_batch_whose_client_went_away_stops_between_rows(
         assert again.status_code == 200
         assert ([(r["distance"], r["counterfactual"]) for r in again.json()["results"]]
                 == [(r["distance"], r["counterfactual"]) for r in whole.json()["results"]])
+
+
+def test_a_model_deleted_by_another_process_is_not_deleted_again(
+    service_factory: Any, rf: Fitted, tmp_path: Path
+) -> None:
+    # Two processes over one data dir that both know the model: one DELETE removes it (204),
+    # the other process's is a 404, as two DELETEs in one process are.
+    data = tmp_path / "shared"
+    with (service_factory(data_dir=data, sync_interval_seconds=600) as a,
+          service_factory(data_dir=data, role="api", sync_interval_seconds=600) as b):
+        model_id = a.add(rf.skops)
+        assert b.client.get(f"/v1/models/{model_id}").json()["status"] == "ready"
+        assert a.client.delete(f"/v1/models/{model_id}").status_code == 204
+        r = b.client.delete(f"/v1/models/{model_id}")
+        assert r.status_code == 404 and r.json()["error"] == "model_not_found", r.text
+        assert b.client.get(f"/v1/models/{model_id}").status_code == 404
+        assert list((data / "models").iterdir()) == []
