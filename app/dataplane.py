@@ -143,8 +143,8 @@ def counterfactual_answer(
     display : callable
         A class label as the response shows it.
     cancel : threading.Event, optional
-        Set when the answer is no longer wanted: the batch stops before its next rows
-        with :class:`~maps_core.QueryCancelledError`.
+        Set when the answer is no longer wanted: the searches stop within about a
+        millisecond, with :class:`~maps_core.QueryCancelledError`.
 
     Returns
     -------

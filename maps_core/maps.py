@@ -373,11 +373,11 @@ class CounterfactualMaps:
             cores; use 1 where every processor is busy with other queries anyway. More
             threads than processors only share them.
         cancel : threading.Event, optional
-            Set by another thread, it stops the batch before its next rows: the call
-            raises :class:`QueryCancelledError`. Searches under way run to their end, so
-            it takes effect within about :data:`maps_core.query.CANCEL_SECONDS` of
-            typical rows plus the longest row under way (bounded by ``max_seconds``). A
-            service sets it when its client has gone away.
+            Set by another thread, it stops the call with :class:`QueryCancelledError`:
+            a search under way stops at its next clock reading (about every
+            :data:`maps_core.lazy.CLOCK_SECONDS` of boxes), a batch's compiled rows run in
+            chunks of about :data:`maps_core.query.CANCEL_SECONDS` and the next chunk does
+            not start. A service sets it when its client has gone away.
 
         Returns
         -------

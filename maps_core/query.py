@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numba import njit
 
-from ._clock import clock
+from ._clock import clock, watching
 from ._memory import boxes_within, default_query_memory, usable_cpus
 from ._norms import L0, L2, LINF, finish
 from .distance import NOMINAL, rect_dist
@@ -562,8 +562,9 @@ class SearchBudget:
         may use a single processor (:func:`~maps_core._memory.usable_cpus`). The answers
         are the same in any number.
     cancel : threading.Event, optional
-        Once set, a batch stops before its next rows with :class:`QueryCancelledError`
-        (see :func:`search_batch`); a row's search under way runs to its end.
+        Once set, the search under way stops at its next clock reading (about every
+        :data:`~maps_core.lazy.CLOCK_SECONDS` of boxes; :func:`~maps_core._clock.watching`)
+        and a batch before its next rows, with :class:`QueryCancelledError`.
     """
 
     max_boxes: int = MAX_MIXED_POPS
@@ -601,6 +602,15 @@ class SearchBudget:
                 f"on_budget must be 'error' or 'best', not {on_budget!r}", "on_budget")
         return cls(max_boxes=boxes, max_seconds=seconds, max_memory=memory,
                    best_found=on_budget == "best", threads=n_threads, cancel=cancel)
+
+    @property
+    def kernel_seconds(self) -> float:
+        """The time limit handed to the kernels: ``max_seconds``, or, with a cancel event
+        and no limit, :data:`WATCHED_SECONDS`, so that they read the clock (and so learn
+        of a cancel) as a timed search does."""
+        if self.cancel is not None and self.max_seconds == math.inf:
+            return WATCHED_SECONDS
+        return self.max_seconds
 
     def check_cancelled(self) -> None:
         """Raise :class:`QueryCancelledError` when the caller has cancelled the query."""
@@ -644,6 +654,10 @@ class SearchBudget:
             "on_budget='best' takes the best counterfactual found within the budget"
         )
 
+
+#: The time limit of a search that has none but may be cancelled (a year): a finite one
+#: makes the kernels read the clock, which is how they learn of the cancel.
+WATCHED_SECONDS = 3.2e7
 
 #: Most threads one search may run in (:attr:`SearchBudget.threads`).
 MAX_THREADS = 64
@@ -978,12 +992,13 @@ def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, 
     held = budget.max_held(engine)
 
     def run(sel: Any, max_held: int) -> tuple[np.ndarray, ...]:
-        return _batch(
-            A[sel], cmins[sel], cmaxs[sel], tmasks[sel], cats[sel], opts.weights,
-            opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
-            engine.forest, engine.cells, engine.kernel, budget.max_boxes, max_held,
-            budget.max_seconds, _first_radius(engine, opts), PROBE, DEEPEN_GROWTH,
-            DEEPEN_ROUNDS, budget.best_found, _guessing(opts), HARD_AFTER)
+        with watching(budget.cancel):
+            return _batch(
+                A[sel], cmins[sel], cmaxs[sel], tmasks[sel], cats[sel], opts.weights,
+                opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
+                engine.forest, engine.cells, engine.kernel, budget.max_boxes, max_held,
+                budget.kernel_seconds, _first_radius(engine, opts), PROBE, DEEPEN_GROWTH,
+                DEEPEN_ROUNDS, budget.best_found, _guessing(opts), HARD_AFTER)
 
     if n == 1:
         return run(slice(None), held)
@@ -1022,6 +1037,7 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
         budget.check_cancelled()
         (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low) = _batch_rows(
             engine, opts, budget, A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows])
+        budget.check_cancelled()  # before its rows, stopped as out of time, count as such
         out_of = np.flatnonzero(status == OUT_OF_BUDGET)
         if out_of.size:
             # the first such row names the budget it ran out of, as the row-by-row path
@@ -1117,13 +1133,15 @@ def _run(engine: SearchEngine, q: Query, opts: QueryOptions,
         n = budget.threads if q.k == 1 and engine.pace.long[norm] >= PARALLEL_SHARE else 1
         t0 = time.perf_counter()
         if n == 1:
-            out = best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
-                             budget.max_held(engine), _first_radius(engine, opts),
-                             PROBE, DEEPEN_GROWTH, DEEPEN_ROUNDS,
-                             budget.max_seconds, budget.best_found, guess, guess, HARD_AFTER,
-                             np.full(1, np.inf), 0, 1)
+            with watching(budget.cancel):
+                out = best_first(q, engine.forest, engine.cells, engine.kernel,
+                                 budget.max_boxes, budget.max_held(engine),
+                                 _first_radius(engine, opts), PROBE, DEEPEN_GROWTH,
+                                 DEEPEN_ROUNDS, budget.kernel_seconds, budget.best_found,
+                                 guess, guess, HARD_AFTER, np.full(1, np.inf), 0, 1)
         else:
             out = _run_parts(engine, q, opts, budget, n, guess)
+        budget.check_cancelled()  # stopped as out of time: neither an answer nor a pace
         engine.pace.record(norm, out[9], time.perf_counter() - t0, PARALLEL_AFTER)
         return out
     lo, hi, lab, d, popped, evaluated = certified_only(q, engine.forest, engine.cells,
@@ -1147,20 +1165,23 @@ def _run_parts(engine: SearchEngine, q: Query, opts: QueryOptions, budget: Searc
     more (the hand-off to a thread, a second dispatch, each part's KD descent, and one
     part with nearly all the work), more than a typical Credit GB 300x4 search."""
     radius = _first_radius(engine, opts)
-    seconds = budget.max_seconds
+    seconds = budget.kernel_seconds
     if guess:
         t0 = time.perf_counter()
-        radius = guess_radius(q, engine.cells, engine.kernel, radius, seconds)
+        with watching(budget.cancel):
+            radius = guess_radius(q, engine.cells, engine.kernel, radius, seconds)
         seconds = max(seconds - (time.perf_counter() - t0), 0.0)  # inf stays inf
     shared = np.full(1, math.inf)
     held = budget.max_held(engine)
 
     def part(p: int) -> tuple[Any, ...]:
         # the memory budget dealt out: part p's share, the remainder to the first parts
-        return best_first(q, engine.forest, engine.cells, engine.kernel, budget.max_boxes,
-                          _share_of(held, n, p), radius, PROBE if not guess else 1.0,
-                          DEEPEN_GROWTH, DEEPEN_ROUNDS, seconds, budget.best_found, False,
-                          guess, HARD_AFTER, shared, p, n)
+        with watching(budget.cancel):
+            return best_first(q, engine.forest, engine.cells, engine.kernel,
+                              budget.max_boxes, _share_of(held, n, p), radius,
+                              PROBE if not guess else 1.0, DEEPEN_GROWTH, DEEPEN_ROUNDS,
+                              seconds, budget.best_found, False, guess, HARD_AFTER, shared,
+                              p, n)
 
     outs = _in_threads(part, n)
     # best_first's outputs: candidates and near-ties (0-6) concatenated, the counters

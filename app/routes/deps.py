@@ -123,7 +123,7 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 async def until_disconnect(request: Request, fn: Callable[..., T]) -> T:
     """``fn(cancel=cancel)`` in a worker thread (:func:`in_thread`), with ``cancel`` set as soon as
-    the client disconnects, so that a long batch whose client gave up stops between rows
+    the client disconnects, so that a long query or batch whose client gave up stops
     (``maps_core``'s ``cancel``) instead of holding worker threads that other queries
     wait for; its :class:`~maps_core.QueryCancelledError` is answered to nobody.
 

@@ -536,53 +536,82 @@ def test_a_server_stopped_during_its_warm_up_leaves_nothing_in_the_temp_dir(
     assert list(scratch.glob("cfmaps-warmup-*")) == [], log_path.read_text()
 
 
-# -- a client that gives up on a long batch -----------------------------------------------------
+# -- a client that gives up on a long query ----------------------------------------------------
+def _post_and_leave(base: str, url: str, body: bytes, content_type: str,
+                    started: threading.Event) -> None:
+    """POST ``body`` on a raw connection and close it once the search has ``started``."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(f"POST {url} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}"
+                     f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert started.wait(30)
+
+
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
-def test_a_batch_whose_client_went_away_stops_between_rows(
+def test_a_query_whose_client_went_away_stops(
     rf: Fitted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content_type: str
 ) -> None:
     # The lean path (plain application/json) and FastAPI's (any other JSON content type)
-    # both watch for the disconnect. The first chunk of rows is held until the service has
-    # set its cancel event, so the test knows the client left mid-batch.
+    # both watch for the disconnect. Maps with mixed regions (a 5-rectangle budget), so
+    # that single queries search them in a worker thread too. The search is held until
+    # the service has cancelled it, so the test knows the client left mid-search.
+    import maps_core._clock
     import maps_core.query
 
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = Settings(data_dir=tmp_path / "data", build_max_rectangles=5)
     chunks: list[int] = []
     started, hold, cancelled = threading.Event(), threading.Event(), threading.Event()
-    real = maps_core.query._batch_rows
+    real_rows, real_search = maps_core.query._batch_rows, maps_core.query.best_first
 
-    def watched(engine: Any, opts: Any, budget: Any, A: Any, *rest: Any) -> Any:
-        chunks.append(A.shape[0])
-        if hold.is_set() and len(chunks) == 1:
+    def held() -> None:
+        if hold.is_set() and not started.is_set():
             started.set()
-            assert budget.cancel is not None and budget.cancel.wait(30)
+            deadline = time.monotonic() + 30  # the search's clock jumps once cancelled
+            while maps_core._clock._now() != maps_core._clock.CANCELLED:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
             cancelled.set()
-        return real(engine, opts, budget, A, *rest)
+
+    def rows(engine: Any, opts: Any, budget: Any, A: Any, *rest: Any) -> Any:
+        chunks.append(A.shape[0])
+        with maps_core._clock.watching(budget.cancel):
+            held()
+        return real_rows(engine, opts, budget, A, *rest)
+
+    def search(*args: Any) -> Any:
+        held()
+        return real_search(*args)
 
     with serve_uvicorn(settings) as (base, _), httpx.Client(base_url=base, timeout=60) as http:
         model_id = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)}).json()["id"]
-        assert _wait_http_ready(http, model_id)["status"] == "ready"
-        monkeypatch.setattr(maps_core.query, "_batch_rows", watched)
+        info = _wait_http_ready(http, model_id)
+        assert info["status"] == "ready" and info["stats"]["mixed_regions"] > 0, info
+        monkeypatch.setattr(maps_core.query, "_batch_rows", rows)
+        monkeypatch.setattr(maps_core.query, "best_first", search)
         monkeypatch.setattr(maps_core.query, "CANCEL_SECONDS", 0.0)  # the smallest chunks
         url = f"/v1/models/{model_id}/counterfactuals"
-        body = json.dumps({"instances": rf.X[:60].tolist()}).encode()
+        batch = json.dumps({"instances": rf.X[:60].tolist()}).encode()
+        single = json.dumps({"instance": rf.X[0].tolist()}).encode()
         headers = {"content-type": content_type}
-        whole = http.post(url, content=body, headers=headers)
+        whole = http.post(url, content=batch, headers=headers)
         assert whole.status_code == 200, whole.text
         assert len(chunks) > 2 and sum(chunks) == 60  # answered in chunks
-        chunks.clear()
-        hold.set()
-        host, port = base.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=30) as sock:
-            sock.sendall(f"POST {url} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}"
-                         f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-            assert started.wait(30)
-        # the client is gone: the service sets the event, the first chunk ends, no other runs
-        assert cancelled.wait(30)
-        wait_until(lambda: 'status="499"' in http.get("/metrics").text, timeout=30)
-        assert len(chunks) == 1
-        hold.clear()
-        again = http.post(url, content=body, headers=headers)
+        one = http.post(url, content=single, headers=headers)
+        assert one.status_code == 200, one.text
+        for n, body in enumerate((batch, single), start=1):
+            chunks.clear()
+            started.clear()
+            cancelled.clear()
+            hold.set()
+            _post_and_leave(base, url, body, content_type, started)
+            # the client is gone: the service sets the event, the search under way stops,
+            # no other chunk runs, and the request is counted as a 499
+            assert cancelled.wait(30)
+            wait_until(lambda n=n: f'status="499"}} {n}.0' in http.get("/metrics").text,
+                       timeout=30)
+            assert len(chunks) == (1 if body is batch else 0)
+            hold.clear()
+        again = http.post(url, content=batch, headers=headers)
         assert again.status_code == 200
         assert ([(r["distance"], r["counterfactual"]) for r in again.json()["results"]]
                 == [(r["distance"], r["counterfactual"]) for r in whole.json()["results"]])

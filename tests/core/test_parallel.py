@@ -8,8 +8,10 @@ import threading
 
 import numpy as np
 import pytest
+from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 
+import maps_core._clock
 import maps_core.engine
 import maps_core.query
 from maps_core import (
@@ -230,18 +232,6 @@ def test_long_batches_deal_their_rows_out(mixed_forest, monkeypatch):
         part.counterfactuals(rows, norm="l2", threads=2, max_boxes=1)
 
 
-class _CancelAfter:
-    """A cancel event that reads as set from its ``after``-th look on (a client that goes
-    away while the batch runs, at a known point)."""
-
-    def __init__(self, after: int) -> None:
-        self.after, self.looks = after, 0
-
-    def is_set(self) -> bool:
-        self.looks += 1
-        return self.looks >= self.after
-
-
 @pytest.mark.parametrize("k", [1, 2])
 def test_a_cancelled_batch_stops_between_rows(mixed_forest, monkeypatch, k):
     """With a cancel event, a batch runs in chunks of rows (k = 1: compiled chunks sized by
@@ -250,11 +240,20 @@ def test_a_cancelled_batch_stops_between_rows(mixed_forest, monkeypatch, k):
     set, the batch stops there with QueryCancelledError, the rows after it unsearched."""
     model, X, _, part = mixed_forest
     calls = []
+    stop, stop_after = threading.Event(), [0]  # set once that many calls have returned
     real_batch, real_search = maps_core.query._batch, maps_core.query.search
-    monkeypatch.setattr(maps_core.query, "_batch",
-                        lambda A, *a: calls.append(A.shape[0]) or real_batch(A, *a))
-    monkeypatch.setattr(maps_core.query, "search",
-                        lambda *a, **kw: calls.append(1) or real_search(*a, **kw))
+
+    def counted(real):
+        def call(*a, **kw):
+            calls.append(a[0].shape[0] if real is real_batch else 1)
+            out = real(*a, **kw)
+            if len(calls) == stop_after[0]:
+                stop.set()
+            return out
+        return call
+
+    monkeypatch.setattr(maps_core.query, "_batch", counted(real_batch))
+    monkeypatch.setattr(maps_core.query, "search", counted(real_search))
     monkeypatch.setattr(maps_core.query, "PARALLEL_SECONDS", np.inf)  # one thread a chunk
     rows = X[:40]
     one = part.counterfactuals(rows, norm="l2", k=k, threads=1)
@@ -269,8 +268,7 @@ def test_a_cancelled_batch_stops_between_rows(mixed_forest, monkeypatch, k):
         seconds[maps_core.query.L2] = 0.01
         monkeypatch.setattr(part.engine.pace, "seconds", seconds)
     calls.clear()
-    event = threading.Event()
-    chunked = part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=event)
+    chunked = part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=stop)
     assert calls == [chunk] * (len(rows) // chunk)
     for a, b in zip(one, chunked, strict=True):
         assert [c.distance for c in a.counterfactuals] == [c.distance for c in b.counterfactuals]
@@ -278,13 +276,13 @@ def test_a_cancelled_batch_stops_between_rows(mixed_forest, monkeypatch, k):
                    zip(a.counterfactuals, b.counterfactuals, strict=True))
         assert a.optimal and b.optimal
     calls.clear()
+    stop_after[0] = 2
     with pytest.raises(QueryCancelledError):
-        part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=_CancelAfter(3))
-    assert calls == [chunk, chunk]  # the third look stopped it
-    event.set()
+        part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=stop)
+    assert calls == [chunk, chunk]  # set while the second ran: no third
     calls.clear()
     with pytest.raises(QueryCancelledError):
-        part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=event)
+        part.counterfactuals(rows, norm="l2", k=k, threads=1, cancel=stop)
     assert calls == []
     # a row past the first chunk out of its budget is named by its place in the batch
     calls.clear()
@@ -303,3 +301,37 @@ def test_a_cancelled_batch_stops_between_rows(mixed_forest, monkeypatch, k):
         part.counterfactuals(rows[order], norm="l2", k=k, threads=1, max_boxes=50,
                              cancel=threading.Event())
     assert out_of.value.row == 7
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("max_seconds", [None, 100.0])
+def test_a_cancel_stops_a_search_under_way(monkeypatch, threads, max_seconds):
+    """A search learns of its cancel at its next clock reading (about every millisecond of
+    boxes, with or without a time limit, in one part or several): once the event is set,
+    a hard search reads the clock a few more times and stops with QueryCancelledError,
+    where it reads it dozens of times to its end."""
+    X, y = make_classification(600, 8, n_informative=6, n_redundant=0, random_state=0)
+    model = RandomForestClassifier(n_estimators=60, max_depth=8, random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(model, max_rectangles=5)
+    monkeypatch.setattr(maps_core.query, "PARALLEL_SHARE", 0.0 if threads > 1 else 2.0)
+    pops = [maps.counterfactual(x, threads=1).stats.regions_refined for x in X[:20]]
+    x = X[int(np.argmax(pops))]
+    assert max(pops) > 2000
+    reads, event, armed = [0, 0], threading.Event(), threading.Event()
+    real = maps_core._clock._now
+
+    def counted() -> float:
+        reads[event.is_set()] += 1
+        if armed.is_set() and reads[0] == 3:
+            event.set()
+        return real()
+
+    monkeypatch.setattr(maps_core._clock, "_now", counted)
+    whole = maps.counterfactuals(x[None], threads=threads, max_seconds=max_seconds,
+                                 cancel=threading.Event())[0]
+    assert whole.optimal and reads[0] > 20 and reads[1] == 0
+    reads[0] = 0
+    armed.set()
+    with pytest.raises(QueryCancelledError):
+        maps.counterfactuals(x[None], threads=threads, max_seconds=max_seconds, cancel=event)
+    assert reads[0] == 3 and reads[1] <= 3 * threads
