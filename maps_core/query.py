@@ -615,8 +615,8 @@ class SearchBudget:
     def check_cancelled(self) -> None:
         """Raise :class:`QueryCancelledError` when the caller has cancelled the query."""
         if self.cancel is not None and self.cancel.is_set():
-            raise QueryCancelledError("the query was cancelled before all its rows were "
-                                      "searched")
+            raise QueryCancelledError("the query was cancelled (its cancel event was set) "
+                                      "before its search ended")
 
     def max_held(self, engine: SearchEngine) -> int:
         """The boxes a search on ``engine``'s maps may hold at once within ``max_memory``."""
@@ -1037,7 +1037,8 @@ def _search_batch(engine: SearchEngine, A: np.ndarray, t_idx: int | None, opts: 
         budget.check_cancelled()
         (status, dist, cfd, lab, P, LO, HI, LC, UC, counters, seconds, low) = _batch_rows(
             engine, opts, budget, A[rows], cmins[rows], cmaxs[rows], tmasks[rows], cats[rows])
-        budget.check_cancelled()  # before its rows, stopped as out of time, count as such
+        # a chunk that the cancel stopped reads as out of time: no answers, no budget error
+        budget.check_cancelled()
         out_of = np.flatnonzero(status == OUT_OF_BUDGET)
         if out_of.size:
             # the first such row names the budget it ran out of, as the row-by-row path
