@@ -138,8 +138,10 @@ def counterfactual_answer(
         A validated request (pydantic has checked its shape).
     limits : QueryLimits
     resolve_target : callable, optional
-        Maps the request's ``target`` (a display name or a label) to the model's label; the
-        engine then checks that label. Default: the target as given.
+        Maps the request's ``target`` (a display name or a label; None for none) to the
+        model's label, refusing an unknown class in the client's terms
+        (:meth:`~app.registry.ModelEntry.resolve_target`). Default: the target as given,
+        for the engine to resolve.
     display : callable
         A class label as the response shows it.
     cancel : threading.Event, optional
@@ -161,7 +163,7 @@ def counterfactual_answer(
     X, single = codec.matrix(body, limits.max_batch)
     if body.k > limits.max_k:
         raise InvalidInputError(f"k must be at most {limits.max_k}", "k")
-    target = _target_label(maps, body.target, resolve_target, display)
+    target = body.target if resolve_target is None else resolve_target(body.target)
     max_seconds = limits.max_seconds
     if body.max_seconds is not None:
         if max_seconds is not None and body.max_seconds > max_seconds:
@@ -197,26 +199,6 @@ def counterfactual_answer(
         raise
     out = results_json(results, codec, body.k, display)
     return out[0] if single else {"results": out}
-
-
-def _target_label(maps: CounterfactualMaps, target: Any,
-                  resolve_target: Callable[[Any], Any] | None,
-                  display: Callable[[Any], Any]) -> Any:
-    """The model's label for a request's ``target`` (None: none asked for). An unknown
-    class is refused naming the classes as the responses show them: the engine names the
-    model's own labels (``[0, 1]`` for a model whose classes the client knows as
-    ``["neg", "pos"]``)."""
-    if target is None:
-        return None
-    label = target if resolve_target is None else resolve_target(target)
-    if isinstance(label, str | int | float | bool):  # else the engine says what is wrong
-        try:
-            maps.target_index(label)
-        except InvalidQueryError as exc:
-            names = [display(c) for c in maps.classes]
-            raise InvalidQueryError(f"unknown class {target!r}; classes are {names}",
-                                    "target") from exc
-    return label
 
 
 def default_map_size(max_side: int) -> dict[str, int]:
@@ -281,7 +263,7 @@ def map_picture(
         cols.append(names.index(name))
     check_map_size(body, limits.map_max_side)
     a, b = cols
-    target = _target_label(maps, body.target, resolve_target, display)
+    target = body.target if resolve_target is None else resolve_target(body.target)
     try:
         sl = map_slice(maps, x, a, b, body.width, body.height, body.a_range, body.b_range)
         held = [n for j, n in enumerate(names) if j not in (a, b)]

@@ -46,12 +46,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from maps_core import (
     ArtifactError,
     CounterfactualMaps,
     FeatureSchema,
     FlatEnsemble,
     IncompatibleArtifactError,
+    InvalidQueryError,
     MapsError,
     check_schema,
     flatten_model,
@@ -184,19 +187,48 @@ class ModelEntry:
         return self._display.get(key, key)
 
     def resolve_target(self, target: Any) -> Any:
-        """The model's own label for a requested target given by display name; any other
-        target is passed on as it is, for the engine to resolve as a label
-        (:meth:`maps_core.CounterfactualMaps.target_index`, the one place that does).
+        """The model's own label for a requested target class (None: none asked for), the
+        one place the service resolves them: a display name, else a label as the engine
+        reads it (:meth:`maps_core.CounterfactualMaps.target_index`: ``1``, ``1.0`` or the
+        text ``"1"``), else the text of a number equal to a numeric label (``"1"`` for
+        label 1.0, as a query string carries it).
 
         Display names win over labels when both could match (``"1"`` names the class whose
         display name is "1", not label 1), because clients echo back what responses show.
+
+        Raises
+        ------
+        InvalidQueryError
+            For an unknown class, naming the classes as the responses show them (the engine
+            would name the model's own labels, ``[0, 1]`` for classes a client knows as
+            ``["neg", "pos"]``); the engine's own error for a target that is no label.
         """
+        if target is None:
+            return None
         raw = self.raw_classes or self.class_labels
         if self.class_names and isinstance(target, str):
             for i, n in enumerate(self.class_names):
                 if n == target:
                     return raw[i]
-        return target
+        assert self.maps is not None, "targets are resolved for ready models"
+        if not isinstance(target, str | int | float | bool):
+            return target  # the engine says what is wrong with it
+        try:
+            return raw[self.maps.target_index(target)]
+        except InvalidQueryError as exc:
+            unknown = exc
+        if isinstance(target, str):
+            try:
+                number = float(target)
+            except ValueError:
+                number = math.nan
+            for label in raw:
+                value = label.item() if isinstance(label, np.generic) else label
+                if isinstance(value, int | float) and not isinstance(value, bool) \
+                        and value == number:
+                    return label
+        raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}",
+                                "target") from unknown
 
     def info(self) -> dict[str, Any]:
         """The public description (``GET /v1/models/{id}``)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from typing import Annotated, Any
 
-import numpy as np
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
@@ -216,11 +215,11 @@ async def map_png(
     overlay: bool = True,
 ) -> Response:
     """As the POST, with the instance as comma-separated values in column order."""
-    entry = await model_entry(registry, model_id, ready=True)
+    await model_entry(registry, model_id, ready=True)  # a 404 or 409 before a 422
     fields: dict[str, Any] = {
         "features": features[0].split(",") if len(features) == 1 else features,
         "instance": _numbers(instance, "instance"),
-        "target": _query_label(entry, target), "norm": norm, "overlay": overlay,
+        "target": target, "norm": norm, "overlay": overlay,
     }
     for key, size in (("width", width), ("height", height)):
         if size is not None:  # else MapRequest's default, fitted to the service's limit
@@ -235,25 +234,3 @@ async def map_png(
         where = ".".join(str(p) for p in err["loc"][:1])
         raise InvalidInputError(f"{where}: {err['msg']}", where) from None
     return await _picture(model_id, body, registry, settings, request)
-
-
-def _query_label(entry: Any, text: str | None) -> Any:
-    """A class given in a query string: the label whose text it is (``"1"`` -> 1 for
-    integer labels), else the text (a display name or a string label)."""
-    if text is None:
-        return None
-    if entry.class_names and text in entry.class_names:
-        return text
-    values = [label.item() if isinstance(label, np.generic) else label
-              for label in entry.class_labels]
-    for value in values:
-        if str(value) == text:
-            return value
-    try:  # "1" for the label 1.0, as the JSON body's 1 is
-        number = float(text)
-    except ValueError:
-        return text
-    for value in values:
-        if isinstance(value, int | float) and not isinstance(value, bool) and value == number:
-            return value
-    return text
