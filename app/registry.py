@@ -62,6 +62,7 @@ from maps_core import (
 )
 from maps_core.adapters import check_flattened
 from maps_core.exceptions import SchemaError, UnsupportedModelError
+from maps_core.schema import first_misnamed
 
 from . import modelio
 from .errors import (
@@ -1037,16 +1038,16 @@ def _schema_for(spec: ModelSpec, ens: FlatEnsemble) -> FeatureSchema:
             f"spec.features lists {len(spec.features)} features but the model expects {n_features}",
             "spec.features",
         )
-    if model_names is not None and not _placeholder_names(model_names):
-        given = [f.name for f in spec.features]
-        if given != [str(n) for n in model_names]:
-            bad = next(i for i, (a, b) in enumerate(zip(given, model_names, strict=True)) if a != str(b))
-            raise InvalidInputError(
-                f"spec.features.{bad}.name is {given[bad]!r} but the model file names that "
-                f"column {str(model_names[bad])!r}; the spec must list the model's features "
-                "in its order",
-                f"spec.features.{bad}.name",
-            )
+    given = [f.name for f in spec.features]
+    bad = first_misnamed(given, model_names)
+    if bad is not None:
+        assert model_names is not None
+        raise InvalidInputError(
+            f"spec.features.{bad}.name is {given[bad]!r} but the model file names that "
+            f"column {str(model_names[bad])!r}; the spec must list the model's features "
+            "in its order",
+            f"spec.features.{bad}.name",
+        )
     try:
         schema = FeatureSchema.from_dicts([f.model_dump() for f in spec.features])
         # what the build would refuse (no integer in the bounds, a range 1/range cannot
@@ -1056,11 +1057,6 @@ def _schema_for(spec: ModelSpec, ens: FlatEnsemble) -> FeatureSchema:
         where = "spec.features" if exc.feature is None else f"spec.features.{exc.feature}"
         raise InvalidInputError(str(exc), where) from exc
     return schema
-
-
-def _placeholder_names(names: Any) -> bool:
-    """Names a library makes up when it was fitted without any (LightGBM's Column_0...)."""
-    return all(str(n) == f"Column_{i}" for i, n in enumerate(names))
 
 
 def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:

@@ -23,7 +23,7 @@ from .options import QueryOptions, categories, make_options
 from .partition import Partition, extract
 from .query import SearchBudget, SearchOutput, locate, locate_rect, search_batch
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
-from .schema import FeatureSchema
+from .schema import FeatureSchema, first_misnamed, made_up_names
 from .storage import Artifact, load_artifact, save_artifact
 
 ProgressCallback = Callable[[float], None]
@@ -217,10 +217,13 @@ class CounterfactualMaps:
     def _as_matrix(self, X: Any) -> np.ndarray:
         if getattr(getattr(X, "dtype", None), "kind", "") == "c":  # numpy would drop the imaginary parts
             raise InvalidQueryError("inputs must be real numbers, not complex", "instance")
+        order = self._column_order(X)
         try:
             A = np.asarray(X, dtype=np.float64)
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidQueryError(f"inputs must be numeric: {exc}", "instance") from exc
+        if order is not None:
+            A = A[..., order]
         if A.ndim == 1:
             A = A[None, :]
         if A.ndim != 2 or A.shape[1] != self.n_features:
@@ -231,6 +234,41 @@ class CounterfactualMaps:
             )
         self.grid.check_domain(A, self.feature_names)  # finite, legal, integral where due
         return A
+
+    def _column_order(self, X: Any) -> list[int] | None:
+        """For an input whose columns are named (a pandas DataFrame's string columns, a
+        Series' string index), the positions of the maps' features among them; None for
+        an array, or names already in the maps' order.
+
+        Raises
+        ------
+        InvalidQueryError
+            When the names are not the maps' features (missing or unknown ones) and the
+            model's own names are known: read by position, the columns would be taken
+            for other features (scikit-learn's ``predict`` refuses them too). A model
+            fitted without names takes any columns by position, as its ``predict`` does.
+        """
+        labels = getattr(X, "columns", None)
+        if labels is None and getattr(X, "ndim", 0) == 1:
+            labels = getattr(X, "index", None)
+        if labels is None:
+            return None
+        cols = list(labels)
+        if not cols or not all(isinstance(c, str) for c in cols):
+            return None  # numbered columns (pandas' default): by position
+        names = self.feature_names
+        if cols == names:
+            return None
+        if len(set(cols)) == len(cols) and set(cols) == set(names):
+            return [cols.index(n) for n in names]
+        if made_up_names(self.engine.ensemble.feature_names) and len(cols) == len(names):
+            return None
+        missing = [n for n in names if n not in cols]
+        unknown = [c for c in cols if c not in names]
+        raise InvalidQueryError(
+            f"the input's columns are not the model's features (missing {missing[:5]}, "
+            f"unknown {unknown[:5]}); name them as the model does, in any order",
+            "instance")
 
     def predict_index(self, X: Any) -> np.ndarray:
         """Class indices of the rectangles containing each row, shape (n_samples,)."""
@@ -462,6 +500,15 @@ def _grid(ens: FlatEnsemble, schema: FeatureSchema) -> Grid:
         raise SchemaError(
             f"the schema has {len(schema)} features but the model expects {ens.n_features}"
         )
+    bad = first_misnamed(schema.names, ens.feature_names)
+    if bad is not None:
+        assert ens.feature_names is not None
+        # a schema of the same names in another order would declare each column's bounds,
+        # types and constraints on another column, and answer in the wrong places
+        raise SchemaError(
+            f"feature {bad} is named {schema.names[bad]!r} in the schema but "
+            f"{ens.feature_names[bad]!r} in the model; the schema must list the model's "
+            "features in its order", feature=bad)
     return Grid.from_ensemble(ens, schema)
 
 

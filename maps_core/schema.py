@@ -110,6 +110,20 @@ class Feature:
 
     def __post_init__(self) -> None:
         _check_name("feature", self.name)
+        # numpy's scalars (X[:, j].min() of an int column) are the numbers they hold; a
+        # boolean is no bound or weight, and "no" is no boolean (it would read as True)
+        for key in ("lower", "upper", "weight"):
+            v = getattr(self, key)
+            if isinstance(v, np.integer | np.floating):
+                object.__setattr__(self, key, v.item())
+            elif isinstance(v, bool | np.bool_):
+                raise SchemaError(f"feature {self.name!r}: {key} must be a number or null, "
+                                  f"not {v!r}")
+        if isinstance(self.mutable, np.bool_):
+            object.__setattr__(self, "mutable", bool(self.mutable))
+        if not isinstance(self.mutable, bool):
+            raise SchemaError(f"feature {self.name!r}: mutable must be true or false, not "
+                              f"{self.mutable!r}")
         if self.group is not None:
             _check_name(f"feature {self.name!r}: group", self.group)
         if self.type not in FEATURE_TYPES:
@@ -234,6 +248,8 @@ class FeatureSchema:
     @classmethod
     def from_dicts(cls, items: Iterable[Mapping[str, Any]]) -> FeatureSchema:
         """Build from JSON-like dicts with the fields of :class:`Feature`."""
+        if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+            raise SchemaError(f"the features must be a list of objects, not {type(items).__name__}")
         feats = []
         allowed = set(Feature.__dataclass_fields__)
         for i, item in enumerate(items):
@@ -387,3 +403,22 @@ class FeatureSchema:
     def with_names(self, names: Sequence[str]) -> FeatureSchema:
         """Copy with renamed features."""
         return FeatureSchema(tuple(replace(f, name=n) for f, n in zip(self.features, names, strict=True)))
+
+
+def made_up_names(names: Sequence[str] | None) -> bool:
+    """Whether a model's feature names say nothing about its columns: absent, or made up
+    by its library when it was fitted without any (LightGBM's ``Column_0``...)."""
+    return names is None or all(str(n) == f"Column_{i}" for i, n in enumerate(names))
+
+
+def first_misnamed(names: Sequence[str], model_names: Sequence[str] | None) -> int | None:
+    """Position of the first column that ``names`` (a schema's, or an input's) names
+    otherwise than the model does (``model_names``, in its order), or None when they agree
+    or the model's names are made up (:func:`made_up_names`)."""
+    if made_up_names(model_names):
+        return None
+    assert model_names is not None
+    for i, (a, b) in enumerate(zip(names, model_names, strict=False)):
+        if a != str(b):
+            return i
+    return None
