@@ -12,7 +12,7 @@ Validation happens once:
 
 The only checks made here are the service's own limits (batch size, ``k``), and, before
 ``POST /v1/models/{id}/predict`` hands rows to the uploaded model itself
-(:func:`model_predictions`), the values its float32 view cannot hold.
+(:func:`check_model_reads`), the values its float32 view cannot hold.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from .errors import InvalidInputError
 from .mapimage import class_colours, png_bytes, render
 from .schemas import MAP_DEFAULT_SIZE, CounterfactualRequest, FeatureCodec, MapRequest, results_json
 
-__all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "counterfactual_answer", "map_picture",
-           "model_predictions", "runs_inline"]
+__all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "check_model_reads", "counterfactual_answer",
+           "map_picture", "model_predictions", "runs_inline"]
 
 #: Largest maps (certified rectangles, no mixed region) whose single-instance queries run
 #: on the event loop instead of a worker thread (:func:`runs_inline`).
@@ -97,15 +97,13 @@ def _row_path(field: str | None, row: int, single: bool) -> str:
     return f"{base}.{field}" if field and field != "instance" else base
 
 
-def model_predictions(model: Any, maps: CounterfactualMaps, codec: FeatureCodec, X: np.ndarray,
-                      single: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The model's own labels and probabilities for validated rows (finite, right width;
-    shape (n, m)), as ``POST /v1/models/{id}/predict`` reports them.
-
-    Libraries that read features as float32 (scikit-learn's forests and boosting, XGBoost)
-    refuse values beyond the float32 range (about 3.4e38), which JSON can carry: such a row
-    is refused here, naming the value, before the model sees it. Any other exception from
-    the model is a defect, not the client's input, and is left to the 500 handler.
+def check_model_reads(maps: CounterfactualMaps, codec: FeatureCodec, X: np.ndarray,
+                      single: bool) -> None:
+    """Refuse the values of validated rows (finite, right width; shape (n, m)) that the
+    uploaded model itself cannot read, before ``POST /v1/models/{id}/predict`` charges or
+    runs them: libraries that read features as float32 (scikit-learn's forests and
+    boosting, XGBoost) refuse values beyond the float32 range (about 3.4e38), which JSON
+    can carry. The row's value is named.
     """
     out = beyond_view(maps.ensemble.split_rule, X)
     if out is not None:
@@ -114,6 +112,13 @@ def model_predictions(model: Any, maps: CounterfactualMaps, codec: FeatureCodec,
         raise InvalidInputError(
             f"the model reads features as float32 and refuses {float(X[i, j])!r} for "
             f"{name!r} (beyond +-{FLOAT32_MAX:.8g})", _row_path(name, i, single))
+
+
+def model_predictions(model: Any, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The model's own labels and probabilities for rows it reads
+    (:func:`check_model_reads`), as ``POST /v1/models/{id}/predict`` reports them. Any
+    exception from the model is a defect, not the client's input, and is left to the 500
+    handler."""
     return model.predict(X), model.predict_proba(X)
 
 

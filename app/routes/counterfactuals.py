@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from ..dataplane import (
     QueryLimits,
     check_map_size,
+    check_model_reads,
     counterfactual_answer,
     map_picture,
     model_predictions,
@@ -119,10 +120,11 @@ async def predict(
 ) -> JSONResponse:
     """Labels and probabilities from the uploaded model itself (not from the maps)."""
     entry = await model_entry(registry, model_id, ready=True)
+    assert entry.maps is not None
     X, single = entry.codec.matrix(body, settings.max_batch)  # bad input costs no answers
+    check_model_reads(entry.maps, entry.codec, X, single)
     charge(request, X.shape[0])
-    labels, proba = await in_thread(model_predictions, entry.model, entry.maps, entry.codec,
-                                   X, single)
+    labels, proba = await in_thread(model_predictions, entry.model, X)
     names = [str(c) for c in entry.classes]
     out = [
         {

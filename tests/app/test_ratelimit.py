@@ -130,5 +130,10 @@ def test_a_refused_request_costs_no_answers(service_factory: Any, rf: Fitted) ->
                 assert r.status_code == 422, (b, r.text)
         r = c.post(pic, json={**body, "width": 64, "height": 64, "a_range": [1, 0]}, headers=A)
         assert r.status_code == 422, r.text
+        # rows the model itself cannot read (beyond float32) are refused before the charge
+        huge = {"instances": [x[0], [4e38, *x[1][1:]]]}
+        for _ in range(6):
+            r = c.post(f"/v1/models/{model_id}/predict", json=huge, headers=A)
+            assert r.status_code == 422 and r.json()["field"] == "instances.1.x0", r.text
         assert c.post(url, json={"instances": x[:10]}, headers=A).status_code == 200  # 20 of 20
         assert c.post(url, json={"instance": x[0]}, headers=A).status_code == 429
