@@ -495,6 +495,18 @@ class Registry:
                 raise InvalidInputError("the maps do not belong to the model file next to them")
             if maps.feature_names != [f["name"] for f in entry.features]:
                 raise InvalidInputError("the maps' features differ from spec.json")
+            # the classes the answers are named by (hand-edited files had every query
+            # fail with a 500 while the model showed ready)
+            labels = [py_scalar(c) for c in model.classes_]
+            if entry.class_labels != labels:
+                raise InvalidInputError(f"status.json's class_labels {entry.class_labels} "
+                                        f"differ from the model's classes {labels}")
+            names = entry.class_names
+            if names is not None and (
+                    not isinstance(names, list) or len(names) != len(labels)
+                    or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names)):
+                raise InvalidInputError(f"spec.json's classes {names!r} do not name the "
+                                        f"model's {len(labels)} classes, one distinct text each")
         except (MapsError, ApiError, OSError, KeyError) as exc:
             self._fail_loaded(entry, f"could not load the model: {_describe(exc)}")
             return

@@ -139,6 +139,36 @@ def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -
         assert ready.status_code == 200 and ready.json()["models"]["failed"] == 3
 
 
+def test_class_files_that_contradict_the_model_are_refused(service_factory: Any,
+                                                            gb3: Fitted) -> None:
+    # Hand-edited (or damaged) class files: the model showed ready and every query was a
+    # 500. Now it is failed with the reason, and the others stay ready.
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        spec = {"classes": ["high", "low", "mid"]}
+        names, labels, good = (svc.add(gb3.skops, spec) for _ in range(3))
+    spec_file = data_dir / "models" / names / "spec.json"
+    edited = json.loads(spec_file.read_text())
+    edited["classes"] = ["high", "low"]
+    spec_file.write_text(json.dumps(edited))
+    status_file = data_dir / "models" / labels / "status.json"
+    edited = json.loads(status_file.read_text())
+    edited["class_labels"] = edited["class_labels"][:2]
+    status_file.write_text(json.dumps(edited))
+    with service_factory(data_dir=data_dir) as svc:
+        for model_id, words in ((names, "spec.json's classes"),
+                                (labels, "status.json's class_labels")):
+            info = svc.client.get(f"/v1/models/{model_id}").json()
+            assert info["status"] == "failed", info
+            assert words in info["error"], info["error"]
+            r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
+                                json={"instance": gb3.X[0].tolist()})
+            assert r.status_code == 409, r.text
+        r = svc.client.post(f"/v1/models/{good}/counterfactuals",
+                            json={"instance": gb3.X[0].tolist()})
+        assert r.status_code == 200 and r.json()["prediction"] in ("high", "low", "mid")
+
+
 def test_pickled_model_needs_trust_after_restart(service_factory: Any, rf: Fitted) -> None:
     with service_factory(trust_pickle=True) as svc:
         data_dir = svc.settings.data_dir
