@@ -165,10 +165,12 @@ def build_and_save(job: BuildJob, conn: Connection) -> None:
         # gone and the save fails instead of bringing the folder back with maps alone.
         maps.save(job.maps_path, parents=False)
     except OSError as exc:
-        raise SaveError(f"could not save the maps: {_os_reason(exc)}") from exc
+        raise SaveError(f"could not save the maps: {os_reason(exc)}") from exc
 
 
-def _os_reason(exc: OSError) -> str:
+def os_reason(exc: OSError) -> str:
+    """An OS error as a client may read it, without its path: ``No space left on device
+    (ENOSPC)``."""
     name = errno.errorcode.get(exc.errno or 0)
     text = exc.strerror or str(exc)
     return f"{text} ({name})" if name else text

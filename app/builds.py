@@ -47,7 +47,7 @@ from typing import Any
 from maps_core import ArtifactError, CounterfactualMaps, MapsError
 
 from . import build_worker
-from .build_worker import BuildJob
+from .build_worker import BuildJob, os_reason
 from .metrics import Metrics
 from .registry import BuildLock, ModelEntry, Registry
 from .settings import Settings
@@ -181,6 +181,13 @@ class BuildManager:
                 log.info("model %s: built by another process meanwhile", entry.id)
                 return
             self._run_locked(entry)
+        except OSError as exc:
+            # The data dir refused a status write (full, read-only): left queued on disk,
+            # the sync took the model for an orphan and queued it again every pass, with
+            # nothing said. Failed here instead, with the reason; a restart builds it again.
+            self.registry.fail_in_memory(
+                entry, f"could not write the model's status: {os_reason(exc)}; free the data "
+                "dir and restart the service, or upload the model again")
         finally:
             entry.building_here = False
             lock.release()

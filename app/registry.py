@@ -418,7 +418,7 @@ class Registry:
             model = self._read_model_file(entry)
         except (MapsError, ApiError, OSError, KeyError) as exc:
             entry.building_here = False  # not built here after all (a claim is undone)
-            self._fail_loaded(entry, f"could not read the stored model file: {_describe(exc)}")
+            self.fail_in_memory(entry, f"could not read the stored model file: {_describe(exc)}")
             return
         with self._lock:
             if self._entries.get(entry.id) is not entry:
@@ -508,11 +508,11 @@ class Registry:
                 raise InvalidInputError(f"spec.json's classes {names!r} do not name the "
                                         f"model's {len(labels)} classes, one distinct text each")
         except (MapsError, ApiError, OSError, KeyError) as exc:
-            self._fail_loaded(entry, f"could not load the model: {_describe(exc)}")
+            self.fail_in_memory(entry, f"could not load the model: {_describe(exc)}")
             return
         except Exception as exc:  # keep start-up going; this is logged with its traceback
             log.exception("model %s: unexpected error while loading", entry.id)
-            self._fail_loaded(entry, f"could not load the model: {_describe(exc)}")
+            self.fail_in_memory(entry, f"could not load the model: {_describe(exc)}")
             return
         with self._lock:
             if self._entries.get(entry.id) is not entry:
@@ -525,12 +525,20 @@ class Registry:
         log.info("model %s loaded", entry.id)
         self._changed()
 
-    def _fail_loaded(self, entry: ModelEntry, message: str) -> None:
-        # In memory only: see the module docstring.
+    def fail_in_memory(self, entry: ModelEntry, message: str) -> None:
+        """Show ``entry`` as failed with ``message`` in this process, and log it: a model
+        that cannot be loaded, or whose status the data dir refused to write. In memory
+        only (see the module docstring): the files stay as they are, so a restart, once
+        they are repaired, tries again; and the sync does not queue a failed model. The
+        status file as it is now counts as seen, so that the sync does not take its older
+        status back (a file still ``queued`` was queued again every pass); a change to it
+        by another process still shows."""
         log.error("model %s: %s", entry.id, message)
+        stamp = _stamp(self.root / entry.id / STATUS_FILE)
         with self._lock:
             entry.status = "failed"
             entry.error = self.public(message)
+            entry.seen_stamp = stamp
         self._changed()
 
     def _max_unpacked(self) -> int:

@@ -206,6 +206,43 @@ def test_damaged_maps_are_refused_at_load_with_the_reason(
         assert r.status_code == 409
 
 
+@pytest.mark.parametrize("refused", ["building", "ready"])
+def test_a_status_the_data_dir_refuses_fails_the_model_once(
+    service_factory: Any, rf: Fitted, monkeypatch: pytest.MonkeyPatch, refused: str
+) -> None:
+    # A full disk that refuses status.json as the build starts or ends: the model had
+    # stayed "queued" on disk, and the sync queued its build again every pass, silently.
+    import app.registry
+
+    real = app.registry.write_json_atomic
+
+    def full(path: Path, data: Any) -> None:
+        if Path(path).name == "status.json" and data.get("status") == refused:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data)
+
+    monkeypatch.setattr(app.registry, "write_json_atomic", full)
+    with service_factory(sync_interval_seconds=0.05) as svc:
+        registry = svc.app.state.registry
+        requeued: list[str] = []
+        real_queue = registry._queue_again
+        monkeypatch.setattr(registry, "_queue_again",
+                            lambda e: requeued.append(e.id) or real_queue(e))
+        model_id = upload(svc.client, rf.skops).json()["id"]
+        wait_until(lambda: svc.client.get(f"/v1/models/{model_id}").json()["status"]
+                   == "failed", timeout=120)
+        time.sleep(1.0)  # twenty sync passes
+        info = svc.client.get(f"/v1/models/{model_id}").json()
+        assert info["status"] == "failed", info
+        assert info["error"].startswith("could not write the model's status: No space left "
+                                        "on device (ENOSPC)"), info["error"]
+        assert requeued == []
+        svc.app.state.builds.wait(timeout=30)
+        r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
+                            json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 409
+
+
 # -- upload and delete racing ------------------------------------------------------------------
 def test_upload_and_delete_of_the_same_model_racing(rf: Fitted, tmp_path: Path) -> None:
     settings = Settings(data_dir=tmp_path / "data", sync_interval_seconds=0.05)
