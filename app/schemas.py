@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -109,16 +110,29 @@ class FeatureSpec(_Strict):
     weight: Weight | None = None
 
 
+def _printable(text: str) -> str:
+    """Refuse control characters, as feature names do (a NUL or a newline in a name
+    breaks logs and clients; a file name's stem has them removed)."""
+    bad = next((c for c in text if ord(c) < 32 or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        raise ValueError(f"must not hold the control character {bad!r}")
+    return text
+
+
+#: A display name: a model's or a class's.
+DisplayName = Annotated[StrictStr, Field(min_length=1, max_length=200), AfterValidator(_printable)]
+
+
 class ModelSpec(_Strict):
     """The optional ``spec`` part of an upload."""
 
-    name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    name: DisplayName | None = None
     features: list[FeatureSpec] | None = Field(
         default=None,
         description="One entry per model input, in column order. Default: x0..x{m-1} "
         "(or the model's feature_names_in_), continuous, unbounded.",
     )
-    classes: list[Annotated[StrictStr, Field(min_length=1, max_length=200)]] | None = Field(
+    classes: list[DisplayName] | None = Field(
         default=None, description="Display names, one per class of the model's classes_, in order."
     )
 

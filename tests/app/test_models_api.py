@@ -132,6 +132,9 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
         ('{"features": [{"name": "a\\u0000b"}, {"name": "b"}, '
          '{"name": "c"}, {"name": "d"}, {"name": "e"}]}', "spec.features.0"),
         ('{"name": 5}', "spec.name"),
+        # names echoed in responses and logs: no control characters, as feature names
+        ('{"name": "loan\\nmodel"}', "spec.name"),
+        ('{"classes": ["no", "ye\\u0000s"]}', "spec.classes.1"),
         (
             '{"features": [{"name": "a", "lower": NaN}, {"name": "b"}, {"name": "c"}, '
             '{"name": "d"}, {"name": "e"}]}',
