@@ -508,6 +508,11 @@ class Registry:
                 raise InvalidInputError(f"spec.json's classes {names!r} do not name the "
                                         f"model's {len(labels)} classes, one distinct text each")
         except (MapsError, ApiError, OSError, KeyError) as exc:
+            if not d.exists():
+                # deleted by another process while this one read it: gone, not failed
+                log.info("model %s: deleted while it loaded", entry.id)
+                self._forget(entry)
+                return
             self.fail_in_memory(entry, f"could not load the model: {_describe(exc)}")
             return
         except Exception as exc:  # keep start-up going; this is logged with its traceback

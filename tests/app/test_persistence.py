@@ -169,6 +169,29 @@ def test_class_files_that_contradict_the_model_are_refused(service_factory: Any,
         assert r.status_code == 200 and r.json()["prediction"] in ("high", "low", "mid")
 
 
+def test_a_model_deleted_while_it_loads_is_gone_not_failed(
+    service_factory: Any, rf: Fitted, monkeypatch: Any, caplog: Any
+) -> None:
+    # Another process's DELETE while this one loads the model at start: it is forgotten
+    # (404), not shown failed with an ERROR logged until the next sync.
+    from maps_core import CounterfactualMaps
+
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        model_id = svc.add(rf.skops)
+    real = CounterfactualMaps.load
+
+    def deleted_meanwhile(cls: Any, path: Any, **kw: Any) -> Any:
+        shutil.rmtree(data_dir / "models" / model_id)
+        return real(path, **kw)
+
+    monkeypatch.setattr(CounterfactualMaps, "load", classmethod(deleted_meanwhile))
+    with service_factory(data_dir=data_dir) as svc:
+        assert svc.client.get(f"/v1/models/{model_id}").status_code == 404
+        assert svc.client.get("/v1/models").json()["models"] == []
+    assert "could not load" not in caplog.text
+
+
 def test_pickled_model_needs_trust_after_restart(service_factory: Any, rf: Fitted) -> None:
     with service_factory(trust_pickle=True) as svc:
         data_dir = svc.settings.data_dir
