@@ -23,7 +23,10 @@ memory only, ``loading`` while a restarted service loads a ready model. At start
   other by fingerprint). Maps of an older format are rebuilt from the model file. If
   loading fails otherwise it is reported ``failed`` with the reason, in memory only: the
   files stay untouched so that repairing them (or fixing the configuration, e.g.
-  ``CFMAPS_TRUST_PICKLE``) and restarting brings it back.
+  ``CFMAPS_TRUST_PICKLE``) and restarting brings it back;
+* a model's directory (named as an id) whose ``status.json`` or ``spec.json`` does not read
+  is reported ``failed`` with the reason too, and can be deleted; once its files read
+  again, the sync takes what they say. Other directories are skipped with a warning.
 
 Any number of processes may share the data dir (:meth:`Registry.sync`, :class:`BuildLock`).
 """
@@ -158,6 +161,9 @@ class ModelEntry:
     building_here: bool = False
     #: :func:`_stamp` of ``status.json`` when this process last read or wrote it.
     seen_stamp: tuple[int, int, int] = (0, 0, 0)
+    #: Its ``status.json`` or ``spec.json`` could not be read at start: shown failed (and
+    #: deletable) with the reason, replaced by what the files say once they read again.
+    unreadable: bool = False
     _codec: FeatureCodec | None = None
     _display: dict[Any, Any] = field(default_factory=dict)
 
@@ -370,8 +376,10 @@ class Registry:
             try:
                 entry = self._read_entry(d)
             except Exception as exc:  # a hand-edited or truncated file must not stop start-up
-                log.warning("skipping %s: unreadable model directory (%s)", d, exc)
-                continue
+                if _MODEL_ID.fullmatch(d.name) is None:
+                    log.warning("skipping %s: not a model directory (%s)", d, exc)
+                    continue
+                entry = self._unreadable_entry(d, exc)
             entry.seen_stamp = _stamp(d / STATUS_FILE)
             if entry.status in ("queued", "building"):
                 requeue.append(entry)  # claimed in load_pending unless a process builds it
@@ -458,6 +466,19 @@ class Registry:
             fingerprint=status.get("fingerprint"),
             progress=float(status.get("progress") or 0.0),
         )
+
+    def _unreadable_entry(self, d: Path, exc: Exception) -> ModelEntry:
+        """A failed entry for a model directory whose ``status.json`` or ``spec.json`` does
+        not read (truncated, hand-edited, missing): listed with the reason and deletable,
+        where skipping it left files no client could see or delete (404)."""
+        message = (f"unreadable model directory (status.json or spec.json): "
+                   f"{_describe(exc)}; repair the file and restart, or delete the model")
+        log.error("model %s: %s", d.name, message)
+        fmt = next((f for f, name in modelio.FILE_NAMES.items() if (d / name).exists()), "")
+        ts = datetime.fromtimestamp(d.stat().st_mtime, UTC).isoformat(timespec="seconds")
+        return ModelEntry(id=d.name, name=None, status="failed", format=fmt, model_type="",
+                          features=[], class_labels=[], class_names=None, created_at=ts,
+                          updated_at=ts, error=self.public(message), unreadable=True)
 
     def model_file(self, entry: ModelEntry) -> Path:
         """The stored (uploaded) model file of ``entry``."""
@@ -850,6 +871,10 @@ class Registry:
         except Exception:  # half-written by another process: next pass
             return
         fresh.seen_stamp = stamp
+        if entry is not None and entry.unreadable:
+            entry = None  # its files read again: what they say replaces it, as a new model
+            with self._lock:
+                self._entries.pop(model_id, None)
         # Ready on disk means "loading" here until the maps are in: an entry published as
         # ready without them answered a request in between with a 409 ("not ready:
         # ready"), where "loading" makes it wait for this pass (behind, catch_up).
@@ -1049,7 +1074,7 @@ def _stem(filename: str | None) -> str | None:
 
 
 #: The statuses a model may have (ModelInfo.status); any other in a status file makes the
-#: directory unreadable (skipped with a warning at start, left alone by the sync).
+#: directory unreadable (:meth:`Registry._unreadable_entry`).
 _STATUSES = frozenset({"queued", "building", "loading", "ready", "failed"})
 
 

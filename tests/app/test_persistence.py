@@ -13,7 +13,7 @@ from typing import Any
 
 import skops.io as sio
 from sklearn.ensemble import RandomForestClassifier
-from svc_helpers import Fitted, Service, upload
+from svc_helpers import Fitted, Service, upload, wait_until
 
 
 def _status(svc: Service, model_id: str) -> dict[str, Any]:
@@ -221,12 +221,35 @@ def test_leftovers_and_junk_in_the_data_dir(service_factory: Any, rf: Fitted) ->
     shutil.copytree(models / model_id, weird)
     doc = json.loads((weird / "status.json").read_text())
     (weird / "status.json").write_text(json.dumps({**doc, "id": weird.name, "status": "weird"}))
+    # and a model whose status.json was cut short (a disk that filled up under an editor)
+    cut = models / ("e" * 32)
+    shutil.copytree(models / model_id, cut)
+    (cut / "status.json").write_text('{"id": "' + cut.name + '", "stat')
     with service_factory(data_dir=data_dir) as svc:
         assert not (models / ".tmp-deadbeef").exists() and not (models / ".trash-cafe").exists()
-        listed = [m["id"] for m in svc.client.get("/v1/models").json()["models"]]
-        assert listed == [model_id]
+        listed = {m["id"]: m for m in svc.client.get("/v1/models").json()["models"]}
+        # junk that is no model's directory is skipped; a model's unreadable one is listed
+        # failed with the reason, and can be deleted
+        assert sorted(listed) == sorted([model_id, weird.name, cut.name])
         assert svc.client.get(f"/v1/models/{model_id}").json()["status"] == "ready"
-        assert "weird" not in svc.client.get("/readyz").text
+        for bad, words in ((weird, "unknown status 'weird'"), (cut, "JSONDecodeError")):
+            info = svc.client.get(f"/v1/models/{bad.name}").json()
+            assert info["status"] == "failed", info
+            assert info["error"].startswith("unreadable model directory"), info["error"]
+            assert words in info["error"] and str(data_dir) not in info["error"]
+            r = svc.client.post(f"/v1/models/{bad.name}/counterfactuals",
+                                json={"instance": rf.X[0].tolist()})
+            assert r.status_code == 409
+        ready = svc.client.get("/readyz").json()
+        assert ready["models"]["failed"] == 2 and "weird" not in json.dumps(ready)
+        time.sleep(1.0)  # syncs leave them as they are
+        assert svc.client.get(f"/v1/models/{cut.name}").json()["status"] == "failed"
+        assert svc.client.delete(f"/v1/models/{cut.name}").status_code == 204
+        assert not cut.exists()
+        # repaired, the other is what its files say once the sync reads them again
+        (weird / "status.json").write_text(json.dumps({**doc, "id": weird.name}))
+        wait_until(lambda: svc.client.get(f"/v1/models/{weird.name}").json()["status"]
+                   == "ready", timeout=60)
 
 
 def test_upload_writes_are_complete_or_absent(service: Service, rf: Fitted) -> None:
