@@ -136,7 +136,7 @@ function makeField(id, labelText, control, meta, fixed) {
   if (fixed) {
     const b = document.createElement("span");
     b.className = "fixed";
-    b.textContent = "immutable";
+    b.textContent = fixed === true ? "immutable" : fixed;
     label.appendChild(b);
   }
   control.id = id;
@@ -176,7 +176,11 @@ function buildForm() {
         o.textContent = name.startsWith(f.group + "=") ? name.slice(f.group.length + 1) : name;
         sel.appendChild(o);
       }
-      const fixed = state.groups[f.group].some((k) => !state.features[k].mutable);
+      // a group is immutable when all its columns are; with some, only those columns stay
+      // as they are (their categories can be neither left nor taken), the others switch
+      const cols = state.groups[f.group];
+      const nFixed = cols.filter((k) => !state.features[k].mutable).length;
+      const fixed = nFixed === cols.length ? true : nFixed > 0 ? `${nFixed} of ${cols.length} fixed` : false;
       box.appendChild(makeField("in-group-" + done.size, f.group, sel, "one of " + state.groups[f.group].length, fixed));
       return;
     }

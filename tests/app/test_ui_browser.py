@@ -506,3 +506,38 @@ def test_nominal_feature_is_a_list_of_codes_and_costs_one_weight(server, browser
         assert float(shown["region"][3].get_attribute("data-value")) == 1.0
     finally:
         httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
+
+
+def test_a_group_with_some_columns_fixed_is_marked_so(server, browser):
+    """A one-hot group is marked immutable only when all its columns are; with some fixed,
+    the API still switches among the others, and the mark says how many are fixed."""
+    base, _, fitted = server
+    drv = browser
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    ids = {}
+    for fixed, mark in ((["home=own"], "1 of 2 fixed"), (["home=rent", "home=own"], "immutable")):
+        spec = json.loads(json.dumps(SPEC))
+        for f in spec["features"]:
+            if f["name"] in fixed:
+                f["mutable"] = False
+        r = httpx.post(base + "/v1/models", headers=admin,
+                       files={"model": ("m.skops", fitted.skops)}, data={"spec": json.dumps(spec)})
+        assert r.status_code == 202, r.text
+        ids[r.json()["id"]] = mark
+    try:
+        deadline = time.monotonic() + 300
+        for mid in ids:
+            while httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()["status"] != "ready":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        wait = _open(drv, base)
+        group = 'label[for="in-group-1"]'
+        assert "fixed" not in drv.find_element(By.CSS_SELECTOR, group).text  # none fixed
+        for mid, mark in ids.items():
+            Select(drv.find_element(By.ID, "model")).select_by_value(mid)
+            wait.until(lambda d, mark=mark: mark in d.find_element(By.CSS_SELECTOR, group).text)
+            other = "immutable" if mark != "immutable" else "of 2 fixed"
+            assert other not in drv.find_element(By.CSS_SELECTOR, group).text
+    finally:
+        for mid in ids:
+            httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
