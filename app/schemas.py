@@ -34,6 +34,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic.json_schema import SkipJsonSchema
 
 from maps_core import NORM_NAMES, Counterfactual, CounterfactualResult, py_scalar
+from maps_core.schema import control_character
 
 from .errors import InvalidInputError, PayloadTooLargeError
 
@@ -113,7 +114,7 @@ class FeatureSpec(_Strict):
 def _printable(text: str) -> str:
     """Refuse control characters, as feature names do (a NUL or a newline in a name
     breaks logs and clients; a file name's stem has them removed)."""
-    bad = next((c for c in text if ord(c) < 32 or 127 <= ord(c) < 160), None)
+    bad = control_character(text)
     if bad is not None:
         raise ValueError(f"must not hold the control character {bad!r}")
     return text

@@ -38,6 +38,13 @@ MAX_COST_EXPONENT = 1000
 MAX_NAME_LENGTH = 200
 
 
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (C0, DEL or C1), or None: what no name may
+    hold (a NUL or a newline could not be typed in the explorer page or a query string,
+    and would split a log line)."""
+    return next((c for c in text if ord(c) < 32 or 127 <= ord(c) < 160), None)
+
+
 def _check_name(kind: str, name: object) -> None:
     """Refuse what cannot be a name: not a string, empty, longer than
     :data:`MAX_NAME_LENGTH`, or holding a control character (a NUL or a newline could not be
@@ -47,7 +54,7 @@ def _check_name(kind: str, name: object) -> None:
     if len(name) > MAX_NAME_LENGTH:
         raise SchemaError(f"{kind} name {name[:40]!r}... has {len(name)} characters, more than "
                           f"{MAX_NAME_LENGTH}")
-    bad = next((c for c in name if ord(c) < 32 or 127 <= ord(c) < 160), None)
+    bad = control_character(name)
     if bad is not None:
         raise SchemaError(f"{kind} name {name!r} holds the control character {bad!r}")
 
