@@ -161,9 +161,13 @@ class ModelEntry:
     building_here: bool = False
     #: :func:`_stamp` of ``status.json`` when this process last read or wrote it.
     seen_stamp: tuple[int, int, int] = (0, 0, 0)
-    #: Its ``status.json`` or ``spec.json`` could not be read at start: shown failed (and
-    #: deletable) with the reason, replaced by what the files say once they read again.
+    #: Its ``status.json`` or ``spec.json`` could not be read when this process first saw
+    #: it: shown failed (and deletable) with the reason, replaced by what the files say
+    #: once they read again (every sync pass tries).
     unreadable: bool = False
+    #: :func:`_stamp` of ``status.json`` when its files last failed to read after this
+    #: process had read them (warned once per change; the last state is kept).
+    damaged_stamp: tuple[int, int, int] | None = None
     _codec: FeatureCodec | None = None
     _display: dict[Any, Any] = field(default_factory=dict)
 
@@ -467,12 +471,27 @@ class Registry:
             progress=float(status.get("progress") or 0.0),
         )
 
+    def _add_unreadable(self, model_id: str, stamp: tuple[int, int, int],
+                        exc: Exception) -> None:
+        """List an unknown model directory whose files do not read as failed (a sync
+        pass; the caller holds ``_sync_lock``)."""
+        try:
+            entry = self._unreadable_entry(self.root / model_id, exc)
+        except OSError:
+            return  # gone meanwhile
+        entry.seen_stamp = stamp
+        with self._lock:
+            if model_id in self._entries or model_id in self._deleted:
+                return
+            self._entries[model_id] = entry
+        self._changed()
+
     def _unreadable_entry(self, d: Path, exc: Exception) -> ModelEntry:
         """A failed entry for a model directory whose ``status.json`` or ``spec.json`` does
         not read (truncated, hand-edited, missing): listed with the reason and deletable,
         where skipping it left files no client could see or delete (404)."""
         message = (f"unreadable model directory (status.json or spec.json): "
-                   f"{_describe(exc)}; repair the file and restart, or delete the model")
+                   f"{_describe(exc)}; repair the file or delete the model")
         log.error("model %s: %s", d.name, message)
         fmt = next((f for f, name in modelio.FILE_NAMES.items() if (d / name).exists()), "")
         ts = datetime.fromtimestamp(d.stat().st_mtime, UTC).isoformat(timespec="seconds")
@@ -862,13 +881,25 @@ class Registry:
         if entry is not None and (entry.building_here or entry.status == "loading"):
             return
         stamp = _stamp(self.root / model_id / STATUS_FILE)
-        if entry is not None and stamp == entry.seen_stamp:
+        if entry is not None and stamp == entry.seen_stamp and not entry.unreadable:
             if entry.status in ("queued", "building"):
                 self._claim_orphan(entry)
             return
         try:
             fresh = self._read_entry(self.root / model_id)
-        except Exception:  # half-written by another process: next pass
+        except Exception as exc:
+            # Every writer replaces these files whole (write_json_atomic) and a model's
+            # directory appears whole (a rename), so a file that does not read is damaged,
+            # not half-written. A model known here keeps its last state (a loaded one goes
+            # on answering), with one warning per change of its status file; one not seen
+            # before is listed failed, as at start-up (open), where skipping it left a
+            # directory no client could see or delete.
+            if entry is None:
+                self._add_unreadable(model_id, stamp, exc)
+            elif not entry.unreadable and stamp != entry.damaged_stamp:
+                entry.damaged_stamp = stamp
+                log.warning("model %s: its files no longer read (%s); keeping its last "
+                            "state", model_id, _describe(exc))
             return
         fresh.seen_stamp = stamp
         if entry is not None and entry.unreadable:
