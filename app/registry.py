@@ -49,8 +49,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-import numpy as np
-
 from maps_core import (
     ArtifactError,
     CounterfactualMaps,
@@ -200,9 +198,8 @@ class ModelEntry:
     def resolve_target(self, target: Any) -> Any:
         """The model's own label for a requested target class (None: none asked for), the
         one place the service resolves them: a display name, else a label as the engine
-        reads it (:meth:`maps_core.CounterfactualMaps.target_index`: ``1``, ``1.0`` or the
-        text ``"1"``), else the text of a number equal to a numeric label (``"1"`` for
-        label 1.0, as a query string carries it).
+        reads it (:meth:`maps_core.CounterfactualMaps.target_index`: ``1``, ``1.0``, the
+        text ``"1"``, or ``"1"`` for label 1.0, as a query string carries it).
 
         Display names win over labels when both could match (``"1"`` names the class whose
         display name is "1", not label 1), because clients echo back what responses show.
@@ -227,19 +224,8 @@ class ModelEntry:
         try:
             return raw[self.maps.target_index(target)]
         except InvalidQueryError as exc:
-            unknown = exc
-        if isinstance(target, str):
-            try:
-                number = float(target)
-            except ValueError:
-                number = math.nan
-            for label in raw:
-                value = label.item() if isinstance(label, np.generic) else label
-                if isinstance(value, int | float) and not isinstance(value, bool) \
-                        and value == number:
-                    return label
-        raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}",
-                                "target") from unknown
+            raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}",
+                                    "target") from exc
 
     def info(self) -> dict[str, Any]:
         """The public description (``GET /v1/models/{id}``)."""

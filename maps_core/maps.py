@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,10 @@ ProgressCallback = Callable[[float], None]
 #: queries, and a LightGBM 300 x 31-leaf model on 80 features grew to 11 GB in 108 s;
 #: on Pima, 100k rectangles answered faster than 5M. The service's default too.
 DEFAULT_MAX_RECTANGLES = 250_000
+
+#: The text of a decimal number (no spaces, underscores, inf or nan, which ``float`` takes
+#: too): a target given as ``"1"`` for class 1.0 (:meth:`CounterfactualMaps.target_index`).
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 class CounterfactualMaps:
@@ -289,8 +294,10 @@ class CounterfactualMaps:
 
         A label matches a class equal to it (``1``, ``1.0`` and ``np.int64(1)`` are class
         1), or whose text it is (``"1"``, as a command line or a JSON client may send it;
-        ``"True"`` for a boolean class, as the service writes labels as keys); a boolean
-        matches only a boolean class (``True`` is not class 1).
+        ``"True"`` for a boolean class, as the service writes labels as keys), or, failing
+        that, a decimal number's text equal to a numeric class (``"1"`` or ``"1.0"`` for
+        class 1.0, as a query string carries it); a boolean matches only a boolean class
+        (``True`` is not class 1).
 
         Raises
         ------
@@ -307,6 +314,12 @@ class CounterfactualMaps:
                 continue
             if (isinstance(t, str) and str(c) == t) or (not isinstance(c, str) and c == t):
                 return i
+        if isinstance(t, str) and _DECIMAL.fullmatch(t):
+            number = float(t)
+            for i, c in enumerate(self.classes):
+                c = c.item() if isinstance(c, np.generic) else c
+                if isinstance(c, int | float) and not isinstance(c, bool) and c == number:
+                    return i
         raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}", "target")
 
     def counterfactual(self, x: Any, target: Any = None, **options: Any) -> CounterfactualResult:

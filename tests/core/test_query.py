@@ -350,6 +350,11 @@ def test_single_leaf_trees_count_in_every_search(norm, budget):
     ([0, 1], "1", 1),
     ([0, 1], 1.0, 1),
     (["a", "b"], "b", 1),
+    ([0.0, 1.0], "1", 1),  # a number's text, as a query string carries it
+    ([0.0, 1.0], "1.0", 1),
+    ([0, 2], "2.0", 1),
+    ([0, 2], "2e0", 1),
+    ([-1, 1], "-1", 0),
 ])
 def test_a_target_is_its_label_or_the_label_s_text(labels, target, index):
     X = np.random.default_rng(0).random((80, 2))
@@ -365,6 +370,10 @@ def test_a_target_is_its_label_or_the_label_s_text(labels, target, index):
     ([False, True], 1),
     ([False, True], "true"),
     ([0, 1], "one"),
+    ([0.0, 1.0], " 1"),  # float() takes these; a class's text does not look like them
+    ([0.0, 1.0], "1_0"),
+    ([0.0, 1.0], "nan"),
+    ([False, True], "1"),
 ])
 def test_a_target_no_class_matches_is_refused(labels, target):
     X = np.random.default_rng(0).random((80, 2))
