@@ -709,6 +709,14 @@ _L2_TOP_EXP = 500
 _L0_EXP = 8
 #: How far below l0's largest cost its scale may lie (:func:`_l0_exponent`).
 _L0_TOP_SPAN = 26
+#: l1 and linf add (or compare) costs as they are, but the cheapest must stay a normal
+#: float once scaled: past ``2**_WIDE_EXP`` between the largest and the least, they are
+#: scaled around their middle rather than with the largest at unit size (which made costs
+#: 2**1100 below it 0: a distance of 0 and the wrong point), and past
+#: ``2**_SPREAD_EXP`` no scale holds both (the largest at ``2**950`` leaves sums of 2**70
+#: features finite).
+_WIDE_EXP = 900
+_SPREAD_EXP = 1900
 
 
 @njit(cache=True, nogil=True)
@@ -789,13 +797,15 @@ def _too_costly(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: 
         f"{what} makes moves too costly to measure in float64 (past about 1e301)", field, row)
 
 
-def _l2_spread(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: np.ndarray,
-               g_exp: np.ndarray, span: np.ndarray, bounds: np.ndarray) -> InvalidQueryError:
-    """The error for costs too far apart for l2, naming the costliest and the cheapest
-    (exponents as in :func:`_too_costly`, ``_NO_EXP`` where a cost does not count). The
-    field is the cause of the one farther from the median cost, the odd one out (the
-    costliest on a tie): a row's value or the spec's weight may set it, not only the
-    client's weights."""
+def _spread(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: np.ndarray,
+            g_exp: np.ndarray, span: np.ndarray, bounds: np.ndarray, norm: str, limit: int,
+            about: str, why: str) -> InvalidQueryError:
+    """The error for costs too far apart for ``norm`` (more than ``2**limit``, ``about``
+    that in decimal; ``why`` it cannot measure them), naming the costliest and the
+    cheapest (exponents as in :func:`_too_costly`, ``_NO_EXP`` where a cost does not
+    count). The field is the cause of the one farther from the median cost, the odd one
+    out (the costliest on a tie): a row's value or the spec's weight may set it, not only
+    the client's weights."""
     counted = np.concatenate([f_exp, g_exp])
     counted = counted[counted != _NO_EXP]
     mid = float(np.median(counted))
@@ -812,10 +822,8 @@ def _l2_spread(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: n
     field, row = ((big_field, big_row) if counted.max() - mid >= mid - counted.min()
                   else (small_field, small_row))
     return InvalidQueryError(
-        f"l2 cannot compare these costs: the moves of {big} cost more than 2**"
-        f"{_L2_SPREAD_EXP} (about 1e120) times those of {small}, and squared, the smaller "
-        "would vanish next to the larger; use l1 or linf, or weights nearer 1/range",
-        field, row)
+        f"{norm} cannot compare these costs: the moves of {big} cost more than 2**{limit} "
+        f"(about {about}) times those of {small}, and {why}", field, row)
 
 
 def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tuple[QueryOptions, int]:
@@ -874,7 +882,11 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
     causes = (engine, opts, A, np.where(free, f_exp, _NO_EXP),
               np.where(switches, g_exp, _NO_EXP), span, bounds)
     if opts.norm_code == L2 and e_top - e_low > _L2_SPREAD_EXP:
-        raise _l2_spread(*causes)
+        raise _spread(*causes, "l2", _L2_SPREAD_EXP, "1e120", "squared, the smaller would "
+                      "vanish next to the larger; use l1 or linf, or weights nearer 1/range")
+    if not l0 and e_top - e_low > _SPREAD_EXP:
+        raise _spread(*causes, opts.norm, _SPREAD_EXP, "1e572", "float64 holds no sum of "
+                      "both; use weights nearer 1/range")
     if e_top > MAX_COST_EXPONENT:
         raise _too_costly(*causes)
     e = e_top
@@ -885,6 +897,8 @@ def kernel_units(engine: SearchEngine, opts: QueryOptions, A: np.ndarray) -> tup
         e = _l0_exponent(np.concatenate([f_exp[movable], g_exp[switches]]), e_top)
         if abs(e) <= _L0_EXP:
             return opts, 0
+    elif opts.norm_code != L2 and e_top - e_low > _WIDE_EXP:
+        e = (e_top + e_low) // 2  # at most 2**950 either side of 1
     elif -_EXACT_EXP <= e_top <= _EXACT_EXP:
         return opts, 0
     elif opts.norm_code == L2 and e_top > 0:

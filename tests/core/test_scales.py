@@ -205,6 +205,35 @@ def test_l2_refusal_of_far_apart_scales_names_their_cause():
     assert maps.counterfactual(far, t, norm="l1").feasible
 
 
+@pytest.mark.parametrize("norm", ["l1", "linf"])
+@pytest.mark.parametrize("weights", [[1e130, 1e-200, 3e-200], [1e200, 3e-200, 1e-200],
+                                     [1e-200, 3e-200, 1e200], [1e280, 1e-280, 3e-280]])
+def test_l1_and_linf_measure_costs_far_apart(norm, weights):
+    """Costs more than float64's range apart (1e130 beside 1e-200): scaled with the
+    largest at unit size, the cheap ones became 0, and the answer was a distance of 0
+    and the wrong one of two cheap moves. Each feature alone turns the tree's class."""
+    X = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=float)
+    model = DecisionTreeClassifier(random_state=0).fit(X, [0, 1, 1, 1])
+    maps = CounterfactualMaps.build(model)
+    one = maps.counterfactual(np.zeros(3), 1, norm=norm, weights=[1.0, 1.0, 1.0]).best
+    res = maps.counterfactual(np.zeros(3), 1, norm=norm, weights=weights)
+    cheapest = int(np.argmin(weights))
+    assert res.best.distance == pytest.approx(one.distance * weights[cheapest], rel=1e-12)
+    assert np.flatnonzero(res.best.x).tolist() == [cheapest]
+    assert model.predict(res.best.x[None])[0] == 1
+
+
+@pytest.mark.parametrize("norm", ["l1", "linf"])
+def test_l1_and_linf_refuse_costs_no_float64_scale_holds(norm):
+    X = np.array([[0, 0], [1, 0], [0, 1]], dtype=float)
+    maps = CounterfactualMaps.build(DecisionTreeClassifier(random_state=0).fit(X, [0, 1, 1]))
+    with pytest.raises(InvalidQueryError, match=f"{norm} cannot compare these costs") as err:
+        maps.counterfactual(np.zeros(2), 1, norm=norm, weights=[1e300, 1e-300])
+    assert err.value.field == "weights.x0" and "x1" in str(err.value)
+    # l0 counts the changes: the same weights answer
+    assert maps.counterfactual(np.zeros(2), 1, norm="l0", weights=[1e300, 1e-300]).feasible
+
+
 def test_costs_below_float64s_normal_range_are_refused_by_name():
     """A float64 model on features at 1e-310: every cost is subnormal, and scaling them up
     to a unit size would push the weights past float64 (an OverflowError before)."""
