@@ -608,7 +608,7 @@ def _check_budgets(max_rectangles: Any, max_seconds: Any, max_memory: Any, on_bu
                                   or value < 1):
             raise BuildOptionsError(f"{name} must be a positive integer or None, not {value!r}")
     if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, Real)
-                                    or not float(max_seconds) >= 0):
+                                    or not max_seconds >= 0):  # an int past float64: fine
         raise BuildOptionsError(f"max_seconds must be a non-negative number or None, not {max_seconds!r}")
     if on_budget not in ("mixed", "error"):
         raise BuildOptionsError(f"on_budget must be 'mixed' or 'error', not {on_budget!r}")
@@ -685,6 +685,11 @@ def extract(
     wave: list[tuple[np.ndarray, np.ndarray]] = [(root_lo, root_hi)]
     budget = 256
     seed = 0
+    if max_seconds is not None:
+        try:
+            max_seconds = float(max_seconds)
+        except OverflowError:  # an integer past float64's range: no limit, in effect
+            max_seconds = np.inf
     deadline = np.inf if max_seconds is None else t0 + max_seconds
     rect_budget, rect_what = max_rectangles, "rectangle"
     if max_memory is not None:

@@ -586,14 +586,18 @@ class SearchBudget:
             Naming the option that is not a positive number (an integer for the boxes, the
             bytes and the threads) or an ``on_budget`` other than ``"error"`` and ``"best"``.
         """
-        boxes = int(_positive(max_boxes, "max_boxes", MAX_MIXED_POPS, "integer"))
+        if cancel is not None and not isinstance(cancel, threading.Event):
+            raise InvalidQueryError(
+                f"cancel must be a threading.Event, not {type(cancel).__name__}", "cancel")
+        # counts past NO_LIMIT are no limit in effect, and the kernels count in int64
+        boxes = min(int(_positive(max_boxes, "max_boxes", MAX_MIXED_POPS, "integer")), NO_LIMIT)
         seconds = _positive(max_seconds, "max_seconds", math.inf, "number")
         try:
             seconds = float(seconds)
         except OverflowError:  # an integer past float64's range: no limit, in effect
             seconds = math.inf
-        memory = int(_positive(max_memory, "max_memory", default_query_memory(),
-                               "integer (bytes)"))
+        memory = min(int(_positive(max_memory, "max_memory", default_query_memory(),
+                                   "integer (bytes)")), NO_LIMIT)
         n_threads = int(_positive(threads, "threads", default_threads(), "integer"))
         if n_threads > MAX_THREADS:
             raise InvalidQueryError(f"threads must be at most {MAX_THREADS}", "threads")
@@ -668,6 +672,10 @@ def default_threads() -> int:
     where the process may use a single processor. More than two split a search's regions
     further but each part still descends the whole KD forest, and none was measured."""
     return min(2, usable_cpus())
+
+
+#: A box or byte budget at least this large is no limit (the kernels' counters are int64).
+NO_LIMIT = 1 << 62
 
 
 def _positive(value: Any, name: str, default: Any, what: str) -> Any:

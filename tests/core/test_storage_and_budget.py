@@ -248,6 +248,33 @@ def test_query_budgets_must_be_positive_integers(budgeted, option, bad):
     assert exc.value.field == option
 
 
+@pytest.mark.parametrize("option", [{"max_boxes": 2**63}, {"max_boxes": 10**20},
+                                    {"max_boxes": np.uint64(2**64 - 1)},
+                                    {"max_memory": 10**30}, {"max_seconds": 10**400}])
+def test_query_budgets_past_int64_are_no_limit(budgeted, option):
+    """A budget past the kernels' int64 counters is no limit in effect: a numba TypingError
+    (10**20), an OverflowError, or at once "needed more than 9,223,372,036,854,775,808
+    boxes" (2**63) before."""
+    _, X, _, part = budgeted
+    free = part.counterfactuals(X[:3])
+    for got in (part.counterfactuals(X[:3], **option), [part.counterfactual(X[0], **option)]):
+        assert [r.best.distance for r in got] == [r.best.distance for r in free[:len(got)]]
+        assert all(r.optimal for r in got)
+
+
+def test_a_cancel_that_is_no_event_is_refused(budgeted):
+    _, X, _, part = budgeted
+    with pytest.raises(InvalidQueryError, match="cancel must be a threading.Event") as exc:
+        part.counterfactual(X[0], cancel="yes")
+    assert exc.value.field == "cancel"
+
+
+def test_a_build_time_limit_past_float64_is_no_limit(built):
+    model, _, full = built
+    maps = CounterfactualMaps.build(model, max_seconds=10**400, max_rectangles=None)
+    assert maps.stats.rectangles_per_class == full.stats.rectangles_per_class
+
+
 def test_query_memory_budget_bounds_the_boxes_held(budgeted, deepening):
     """``max_memory`` bounds the boxes a search holds at once (``peak_boxes``, each
     ``bytes_per_box`` bytes): a budget one box short of what a search held without it
