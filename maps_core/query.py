@@ -1012,6 +1012,11 @@ def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, 
     if A.shape[0] * engine.pace.seconds[opts.norm_code] >= PARALLEL_SECONDS:
         n = max(1, min(budget.threads, A.shape[0] // PARALLEL_ROWS))
     held = budget.max_held(engine)
+    # Complete maps: the KD descent always ends, and a single query runs it without a time
+    # limit (certified_only, in _run); the batch's rows must answer as those do (with a
+    # limit, they stopped "out of time" where alone they answer). A cancel is still seen.
+    seconds = (budget.kernel_seconds if engine.has_mixed
+               else WATCHED_SECONDS if budget.cancel is not None else math.inf)
 
     def run(sel: Any, max_held: int) -> tuple[np.ndarray, ...]:
         with watching(budget.cancel):
@@ -1019,7 +1024,7 @@ def _batch_rows(engine: SearchEngine, opts: QueryOptions, budget: SearchBudget, 
                 A[sel], cmins[sel], cmaxs[sel], tmasks[sel], cats[sel], opts.weights,
                 opts.norm_code, g.integral, opts.gcol, opts.gstart, opts.gcols, opts.gcost,
                 engine.forest, engine.cells, engine.kernel, budget.max_boxes, max_held,
-                budget.kernel_seconds, _first_radius(engine, opts), PROBE, DEEPEN_GROWTH,
+                seconds, _first_radius(engine, opts), PROBE, DEEPEN_GROWTH,
                 DEEPEN_ROUNDS, budget.best_found, _guessing(opts), HARD_AFTER)
 
     if n == 1:

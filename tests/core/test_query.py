@@ -246,6 +246,21 @@ def test_a_batch_answers_every_row_as_a_query_of_its_own(norm, budget):
         assert any(r.stats.regions_refined > 0 for r in maps.counterfactuals(Q, norm=norm))
 
 
+@pytest.mark.parametrize("on_budget", ["error", "best"])
+def test_a_time_limit_stops_no_batch_on_complete_maps(on_budget):
+    # A single query on complete maps runs the KD descent, which always ends, without a
+    # time limit; the compiled batch applied it, and its rows stopped "out of time" (or
+    # answered optimal=False with a lower bound of 0) where alone they answer.
+    model, X, _ = fit("rf", 3, n_features=4, seed=3)
+    maps = CounterfactualMaps.build(model)
+    assert not maps.engine.has_mixed
+    alone = [maps.counterfactual(x, max_seconds=1e-9) for x in X[:30]]
+    got = maps.counterfactuals(X[:30], max_seconds=1e-9, on_budget=on_budget)
+    assert all(r.optimal for r in got) and all(r.optimal for r in alone)
+    assert [r.best.distance for r in got] == [r.best.distance for r in alone]
+    assert [r.lower_bound for r in got] == [r.best.distance for r in got]
+
+
 @pytest.mark.parametrize("budget", [{}, {"max_seconds": 0.0}], ids=["complete", "mixed"])
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf", "l0"])
 def test_unbounded_integer_features_get_exact_distances(norm, budget):
