@@ -35,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from numbers import Integral, Real
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from numba import njit
@@ -600,6 +600,13 @@ def _volume(lo: np.ndarray, hi: np.ndarray) -> float:
     return float(np.prod((hi - lo + 1).astype(np.float64)))
 
 
+def _non_negative(value: Real) -> bool:
+    try:
+        return float(value) >= 0  # False for nan
+    except OverflowError:  # an integer past float64's range
+        return cast(float, value) > 0
+
+
 def _check_budgets(max_rectangles: Any, max_seconds: Any, max_memory: Any, on_budget: Any) -> None:
     """Refuse a build option that is none of what :func:`extract` documents (``bool`` is no
     number here: ``True`` rectangles is a typo, not one)."""
@@ -608,7 +615,7 @@ def _check_budgets(max_rectangles: Any, max_seconds: Any, max_memory: Any, on_bu
                                   or value < 1):
             raise BuildOptionsError(f"{name} must be a positive integer or None, not {value!r}")
     if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, Real)
-                                    or not max_seconds >= 0):  # an int past float64: fine
+                                    or not _non_negative(max_seconds)):
         raise BuildOptionsError(f"max_seconds must be a non-negative number or None, not {max_seconds!r}")
     if on_budget not in ("mixed", "error"):
         raise BuildOptionsError(f"on_budget must be 'mixed' or 'error', not {on_budget!r}")

@@ -16,7 +16,8 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
+import sys
+import time
 import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -121,8 +122,16 @@ def check_save_path(path: str | os.PathLike[str]) -> None:
             raise ArtifactError(f"{path}: {up} is a file, so no directory can be made there "
                                 "for the maps; choose another path")
         return
-    if path.is_dir() and ((path / MANIFEST).is_file() or not any(path.iterdir())):
-        return
+    for attempt in range(_LOAD_ATTEMPTS):
+        try:
+            if path.is_dir() and ((path / MANIFEST).is_file() or not any(path.iterdir())):
+                return
+        except FileNotFoundError:
+            return  # moved aside by another save meanwhile: nothing to replace
+        # another save swapping its maps in between the checks above (_swap_in)
+        if not (path.is_dir() and _replacing(path)):
+            break
+        time.sleep(0.005 * (attempt + 1))
     what = "a directory that holds no maps" if path.is_dir() else "a file"
     raise ArtifactError(f"{path} is {what} ({MANIFEST} missing): maps replace only maps; "
                         "choose a new path or remove it first")
@@ -149,7 +158,14 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
         except OSError as exc:  # permissions, a file appeared meanwhile: the caller's path
             raise ArtifactError(f"{path}: cannot make its directory: "
                                 f"{exc.strerror or exc}") from exc
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    # Made with os.mkdir, so the umask decides its mode (tempfile.mkdtemp's 0700 left maps
+    # that another user, a replica's service account, could not load).
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
+    try:
+        os.mkdir(tmp)
+    except OSError as exc:  # a read-only or foreign parent: the caller's path
+        raise ArtifactError(f"{path}: cannot write in {path.parent}: "
+                            f"{exc.strerror or exc}") from exc
     try:
         ncmax = int(maps.grid.n_cells.max(initial=1))
         arrays: dict[str, np.ndarray] = {}
@@ -211,18 +227,62 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
         # Swap into place: move an existing artifact aside first, then rename (checked
         # again: the build may have taken minutes).
         check_save_path(path)
-        old = None
-        if os.path.lexists(path):
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
-            os.replace(path, old)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _swap_in(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_tree(tmp)
         raise
     return BuildStats(**manifest["stats"])
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Rename the finished directory ``tmp`` to ``path``, moving maps there aside first
+    and removing them after. Another save may put its maps at ``path`` between the two
+    renames: they are moved aside in turn (the last save wins, as with a single file),
+    rather than the rename failing with "Directory not empty"."""
+    olds = []
+    try:
+        for _ in range(100):
+            if os.path.lexists(path):
+                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex}"
+                try:
+                    os.replace(path, old)
+                    olds.append(old)
+                except FileNotFoundError:
+                    pass  # moved aside by the other save meanwhile
+            try:
+                os.replace(tmp, path)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+        else:
+            raise ArtifactError(f"{path}: other saves keep replacing it; try again")
+        _fsync_dir(path.parent)
+    finally:
+        for old in olds:
+            _remove_tree(old)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove ``path`` and everything in it, write-protected maps too (a directory made
+    read-only is moved aside by a save, but its files could not be deleted, and it was
+    left behind); what still refuses is left, without an error."""
+
+    def writable(func: Any, name: str, exc: Any) -> None:
+        # exc: the exception (3.12's onexc) or its exc_info (onerror)
+        error = exc if isinstance(exc, BaseException) else exc[1]
+        parent = Path(name).parent
+        if isinstance(error, PermissionError) and parent.is_relative_to(path):
+            try:  # only directories inside the tree being removed
+                os.chmod(parent, 0o700)
+                func(name)
+            except OSError:
+                pass
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=writable)
+    else:
+        shutil.rmtree(path, onerror=writable)
 
 
 def _json_default(o: Any) -> Any:
@@ -236,7 +296,8 @@ def _json_default(o: Any) -> Any:
 def load_artifact(
     path: str | os.PathLike[str], *, mmap: bool = True, verify: bool = True
 ) -> Artifact:
-    """Load an artifact written by :func:`save_artifact`.
+    """Load an artifact written by :func:`save_artifact`. Maps that a save replaces while
+    they load are read again, as the save left them (a few times at most).
 
     Parameters
     ----------
@@ -254,13 +315,56 @@ def load_artifact(
         When the process may open no more files (the maps may be fine).
     """
     path = Path(path)
+    for attempt in range(_LOAD_ATTEMPTS):
+        before = _identity(path)
+        try:
+            return _load(path, mmap, verify)
+        except ArtifactError:
+            # A save replacing these maps moves the old directory aside, renames the new
+            # one in and removes the old: a load in between found files gone. Read again
+            # when the directory at ``path`` changed meanwhile.
+            if attempt == _LOAD_ATTEMPTS - 1 or (_identity(path) == before
+                                                 and not _replacing(path)):
+                raise
+            time.sleep(0.005 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+#: Loads of maps that a save replaces meanwhile (:func:`load_artifact`).
+_LOAD_ATTEMPTS = 10
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The directory at ``path`` as (device, inode), None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _replacing(path: Path) -> bool:
+    """Whether a save is replacing the maps at ``path`` now (their old directory is aside,
+    :func:`_swap_in`)."""
+    try:
+        return any(path.parent.glob(f".{path.name}.old-*"))
+    except OSError:
+        return False
+
+
+def _load(path: Path, mmap: bool, verify: bool) -> Artifact:
+    """:func:`load_artifact` of the directory at ``path`` as it is now."""
     mpath = path / MANIFEST
     if not mpath.is_file():
         raise ArtifactNotFoundError(f"no counterfactual maps at {path} (missing {MANIFEST})")
     try:
-        manifest = json.loads(mpath.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptArtifactError(f"{mpath}: unreadable manifest ({exc})") from exc
+        # utf-8-sig: a manifest saved again by an editor that adds a byte order mark
+        manifest = json.loads(mpath.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: JSON's own errors, integers past 4,300 digits; RecursionError:
+        # arrays nested thousands deep
+        raise CorruptArtifactError(f"{mpath}: unreadable manifest ({type(exc).__name__}: "
+                                   f"{str(exc)[:200]})") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CorruptArtifactError(f"{mpath}: not a cfmaps manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -316,14 +420,17 @@ def _load_arrays(path: Path, entries: dict[str, Any], mmap: bool, verify: bool) 
         raise CorruptArtifactError(f"{path}: manifest lacks arrays {sorted(missing)}")
     for key in sorted(expected):
         e = entries[key]
+        if e["file"] != f"{key}.npy":
+            # every save names an array's file after its key: entries swapped with their
+            # checksums (lower and upper cell bounds, say) would load and answer wrongly
+            raise CorruptArtifactError(f"{path}: array {key} is read from {e['file']!r}, not "
+                                       f"from {key}.npy")
         fpath = path / str(e["file"])
-        if fpath.parent != path:
-            raise CorruptArtifactError(f"{path}: array file outside the artifact: {e['file']}")
         if not fpath.is_file():
             raise CorruptArtifactError(f"{path}: missing array file {e['file']}")
-        if verify and _sha256(fpath) != e["sha256"]:
-            raise CorruptArtifactError(f"{path}: {e['file']} does not match its checksum")
         try:
+            if verify and _sha256(fpath) != e["sha256"]:
+                raise CorruptArtifactError(f"{path}: {e['file']} does not match its checksum")
             arr = np.load(fpath, mmap_mode="r" if mmap else None, allow_pickle=False)
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE):  # the process's limit, not the file

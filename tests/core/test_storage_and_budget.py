@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import stat
+import threading
 
 import numpy as np
 import pytest
@@ -92,7 +95,8 @@ def test_save_without_parents_needs_the_folder(built, tmp_path):
     CounterfactualMaps.load(tmp_path / "new" / "maps")
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "version", "manifest", "shape"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "version", "manifest", "shape",
+                                    "swapped", "nested", "huge-int"])
 def test_damaged_artifacts_are_refused(built, tmp_path, damage):
     _, _, maps = built
     path = maps.save(tmp_path / "m")
@@ -114,6 +118,16 @@ def test_damaged_artifacts_are_refused(built, tmp_path, damage):
     elif damage == "shape":
         manifest["arrays"]["partition.lo"]["shape"] = [1, 1]
         (path / "manifest.json").write_text(json.dumps(manifest))
+    elif damage == "swapped":
+        # two entries of one dtype and shape swapped with their checksums: the arrays'
+        # table is not in the content digest, and the maps loaded and answered wrongly
+        a = manifest["arrays"]
+        a["partition.lo"], a["partition.hi"] = a["partition.hi"], a["partition.lo"]
+        (path / "manifest.json").write_text(json.dumps(manifest))
+    elif damage == "nested":  # a raw RecursionError
+        (path / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    elif damage == "huge-int":  # a raw ValueError (integer string conversion limit)
+        (path / "manifest.json").write_text('{"format": ' + "9" * 5000 + "}")
     expected = IncompatibleArtifactError if damage == "version" else CorruptArtifactError
     with pytest.raises(expected):
         CounterfactualMaps.load(path)
@@ -141,6 +155,76 @@ def test_edited_manifest_entries_are_refused(built, tmp_path, edit):
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CorruptArtifactError):
         CounterfactualMaps.load(path)
+
+
+def test_a_manifest_with_a_byte_order_mark_loads(built, tmp_path):
+    _, X, maps = built
+    path = maps.save(tmp_path / "m")
+    manifest = path / "manifest.json"
+    manifest.write_bytes(b"\xef\xbb\xbf" + manifest.read_bytes())  # saved by an editor
+    assert answers(CounterfactualMaps.load(path), X[:5]) == answers(maps, X[:5])
+
+
+def test_saved_maps_take_the_umask_s_mode(built, tmp_path):
+    """tempfile.mkdtemp made the directory 0700 whatever the umask: maps a builder saved
+    could not be loaded by another user (a replica's service account)."""
+    _, _, maps = built
+    old = os.umask(0o022)
+    try:
+        path = maps.save(tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
+
+
+def test_a_parent_that_refuses_writes_is_an_artifact_error(built, tmp_path, monkeypatch):
+    # (the permission itself cannot be tested as root, which the CI container may be)
+    _, _, maps = built
+
+    def refuse(path, mode=0o777):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(os, "mkdir", refuse)
+    with pytest.raises(ArtifactError, match="cannot write in .*Permission denied"):
+        maps.save(tmp_path / "m", parents=False)
+
+
+def test_saves_and_loads_of_one_path_at_once(built, tmp_path):
+    """A save replaces maps in two renames: a load between them found nothing
+    (ArtifactNotFoundError) or files gone (CorruptArtifactError), and two saves at once
+    failed with a raw "Directory not empty" or refused each other's maps."""
+    _, X, maps = built
+    path = maps.save(tmp_path / "m")
+    want = answers(maps, X[:3])
+    errors: list[BaseException] = []
+    loads = [0]
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                assert answers(CounterfactualMaps.load(path), X[:3]) == want
+                loads[0] += 1
+            except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(exc)
+
+    def save() -> None:
+        for _ in range(100):
+            try:
+                maps.save(path)
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+    threads = [threading.Thread(target=load), threading.Thread(target=save),
+               threading.Thread(target=save)]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join()
+    stop.set()
+    threads[0].join()
+    assert errors == [] and loads[0] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
 def test_missing_artifact(tmp_path):
