@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from maps_core import CounterfactualMaps, FeatureSchema, MapsError
+from maps_core import ArtifactError, CounterfactualMaps, FeatureSchema, MapsError
 
 from . import modelio
 
@@ -166,6 +166,10 @@ def build_and_save(job: BuildJob, conn: Connection) -> None:
         maps.save(job.maps_path, parents=False)
     except OSError as exc:
         raise SaveError(f"could not save the maps: {os_reason(exc)}") from exc
+    except ArtifactError as exc:  # the OS refused the save's directory: said without paths
+        if isinstance(exc.__cause__, OSError):
+            raise SaveError(f"could not save the maps: {os_reason(exc.__cause__)}") from exc
+        raise
 
 
 def os_reason(exc: OSError) -> str:

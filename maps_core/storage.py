@@ -163,6 +163,8 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex}"
     try:
         os.mkdir(tmp)
+    except FileNotFoundError:
+        raise  # the parent is gone (parents=False says so)
     except OSError as exc:  # a read-only or foreign parent: the caller's path
         raise ArtifactError(f"{path}: cannot write in {path.parent}: "
                             f"{exc.strerror or exc}") from exc

@@ -102,6 +102,20 @@ def disk_full_after(files: int, job: BuildJob, conn: Connection) -> None:
     build_worker.run(job, conn)
 
 
+def disk_full_at_start(job: BuildJob, conn: Connection) -> None:
+    """The disk is full as the save makes its temporary directory (an ArtifactError of the
+    engine, caused by the OS's ENOSPC)."""
+    real = os.mkdir
+
+    def mkdir(path: Any, *a: Any, **kw: Any) -> None:
+        if ".tmp-" in str(path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, *a, **kw)
+
+    storage.os.mkdir = mkdir  # type: ignore[attr-defined]
+    build_worker.run(job, conn)
+
+
 def hold_in_save(gate: str, step: str, job: BuildJob, conn: Connection) -> None:
     """Build for real, then wait for the file ``gate`` at one step of the save: ``"start"``
     (before the save begins) or ``"middle"`` (after three arrays are written

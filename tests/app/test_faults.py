@@ -67,12 +67,14 @@ def test_a_build_worker_killed_mid_build_is_started_again_and_finishes(
 
 
 # -- a full disk while saving -----------------------------------------------------------------
+@pytest.mark.parametrize("when", ["mid-save", "at-start"])
 def test_a_full_disk_while_saving_maps_fails_the_model_cleanly(
-    service_factory: Any, rf: Fitted
+    service_factory: Any, rf: Fitted, when: str
 ) -> None:
     with service_factory() as svc:
         data_dir = svc.settings.data_dir
-        svc.app.state.builds.worker = functools.partial(build_faults.disk_full_after, 3)
+        svc.app.state.builds.worker = (functools.partial(build_faults.disk_full_after, 3)
+                                       if when == "mid-save" else build_faults.disk_full_at_start)
         info = wait_built(svc.client, upload(svc.client, rf.skops).json()["id"])
         model_id = info["id"]
         assert info["status"] == "failed"
