@@ -199,14 +199,21 @@ def make_options(
         lower, upper = base.lower.copy(), base.upper.copy()
         for j, v in _by_feature(names, bounds, "bounds").items():
             name = names[j]
-            try:
-                lo_v, hi_v = v
-                lo_f = -np.inf if lo_v is None else float(lo_v)
-                hi_f = np.inf if hi_v is None else float(hi_v)
-            except (TypeError, ValueError, OverflowError) as exc:
+            # a pair in order (not a set, not text) of numbers or None: "0.5" and True
+            # are refused here as weights and group costs refuse them
+            pair = (isinstance(v, Sequence | np.ndarray) and not isinstance(v, str | bytes)
+                    and len(v) == 2)
+            if not pair or not all(e is None or (isinstance(e, Real) and not isinstance(e, bool))
+                                   for e in v):
                 raise InvalidQueryError(
-                    f"bounds of {name!r} must be [lower, upper] (numbers or null, within "
-                    "float64's range)", f"bounds.{name}"
+                    f"bounds of {name!r} must be [lower, upper] (numbers or null), got {v!r}",
+                    f"bounds.{name}")
+            try:
+                lo_f = -np.inf if v[0] is None else float(v[0])
+                hi_f = np.inf if v[1] is None else float(v[1])
+            except OverflowError as exc:  # an integer past float64's range
+                raise InvalidQueryError(
+                    f"bounds of {name!r} must lie within float64's range", f"bounds.{name}"
                 ) from exc
             if math.isnan(lo_f) or math.isnan(hi_f) or lo_f > hi_f:
                 raise InvalidQueryError(

@@ -107,6 +107,11 @@ def test_k_best_are_distinct_and_sorted(suite):
         ({"bounds": {"x2": [1.0]}}, "bounds.x2"),
         ({"bounds": {"x2": [2.0, 1.0]}}, "bounds.x2"),
         ({"bounds": {"x2": [None, "a"]}}, "bounds.x2"),
+        # taken for numbers before, where weights refuse them
+        ({"bounds": {"x2": ["0.5", None]}}, "bounds.x2"),
+        ({"bounds": {"x2": [False, True]}}, "bounds.x2"),
+        ({"bounds": {"x2": {0.0, 1.0}}}, "bounds.x2"),
+        ({"bounds": {"x2": "01"}}, "bounds.x2"),
         ({"bounds": {"zz": [0.0, 1.0]}}, "bounds.zz"),
         ({"group_costs": {"g": 1.0}}, "group_costs.g"),
         ({"group_costs": [1.0]}, "group_costs"),
