@@ -269,7 +269,7 @@ def best_first(q, fo, ce, kern, max_pops, max_held, radius, probe, growth, max_r
     coff, clow, cupp, clcl, cucl = ce
     nf, ncut, nl, nr, nv, roots, base, tie_high, tol, max_depth_nodes, _ = kern
     far = _farthest(q.x, q.w, q.norm, q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp, q.gcol,
-                    q.gcost)
+                    q.gstart, q.gcols, q.gcost)
     klo, khi = reachable_cells(q.cmin, q.cmax, ce.coff, ce.clow, ce.cupp)
     kd_pops = 0
     evaluated = 0
@@ -459,21 +459,28 @@ GUESS_SHARE = 0.2
 
 
 @njit(**NO_NRT)
-def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gcost):
+def _farthest(x, w, norm, cmin, cmax, coff, clow, cupp, gcol, gstart, gcols, gcost):
     """Largest distance from ``x`` to a point of the domain inside the constraint box
-    (``inf`` when the domain is unbounded along a feature); group switches at full cost."""
+    (``inf`` when the domain is unbounded along a feature); a group switch at full cost
+    unless every column of the group is fixed, a nominal feature's weight unless it is.
+    (Fixed ones counted, a query with every feature immutable ran every deepening round
+    before it said infeasible.)"""
     total = 0.0
     for f in range(x.shape[0]):
         if gcol[f] >= 0:
             continue
+        if gcol[f] == NOMINAL:  # another code, at most its weight
+            if cmin[f] < cmax[f]:
+                total = fold(norm, total, w[f])
+            continue
         a = max(cmin[f], clow[coff[f]])
         b = min(cmax[f], cupp[coff[f + 1] - 1])
-        if gcol[f] == NOMINAL:  # another code, at most its weight
-            total = fold(norm, total, w[f])
-            continue
         total = fold(norm, total, w[f] * max(x[f] - a, b - x[f], 0.0))
     for g in range(gcost.shape[0]):
-        total = fold(norm, total, gcost[g])
+        for i in range(gstart[g], gstart[g + 1]):
+            if cmin[gcols[i]] < cmax[gcols[i]]:
+                total = fold(norm, total, gcost[g])
+                break
     return total
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sklearn.ensemble import RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 from maps_core import (
@@ -414,3 +415,19 @@ def test_l0_in_large_units(scale: float, gap: float) -> None:
     assert res.best.distance == 1.0, res.best.distance
     if gap > 2e-16 * (1 + scale) ** 2:
         assert res.best.x[0] == 0.0 and res.best.x[1] > 0, f"tie broken the wrong way: {res.best.x}"
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_every_feature_immutable_takes_one_box(norm: str) -> None:
+    """The constraint box is x itself: the search learns that in its first box. The
+    deepening rounds counted a one-hot group's switch as reachable though every column is
+    fixed, and popped one box per round (10) before saying infeasible, so a budget of 3
+    boxes was a BudgetExceededError even with on_budget="best"."""
+    X, y = make_data(GROUPED, 3, 7)
+    model = RandomForestClassifier(10, max_depth=4, random_state=0).fit(X, y)
+    maps = CounterfactualMaps.build(model, schema_of(GROUPED), max_rectangles=4)
+    assert maps.engine.has_mixed
+    for x in X[:4]:
+        res = maps.counterfactual(x, norm=norm, immutable=maps.feature_names, max_boxes=3,
+                                  on_budget="best")
+        assert not res.feasible and res.stats.regions_refined <= 1
