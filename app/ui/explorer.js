@@ -3,7 +3,12 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { model: null, features: [], groups: {}, lastAnswer: null, mapUrl: null, mapSeq: 0 };
+// Objects keyed by feature, group or class names: without a prototype, so that a name like
+// "toString" or "__proto__" is a key like any other (with {}, bounds["toString"] read the
+// inherited function and the bound typed there was dropped, and inst["__proto__"] = 1 set
+// no key at all).
+const dict = () => Object.create(null);
+const state = { model: null, features: [], groups: Object.create(null), lastAnswer: null, mapUrl: null, mapSeq: 0 };
 // A nominal feature with fewer codes than this is chosen from a list; more, typed in.
 const MAX_CODE_OPTIONS = 200;
 
@@ -115,7 +120,7 @@ async function selectModel(id) {
   const { body: m } = await api("v1/models/" + encodeURIComponent(id), { headers: headers(false) });
   state.model = m;
   state.features = m.features;
-  state.groups = {};
+  state.groups = dict();
   m.features.forEach((f, j) => {
     if (f.group) (state.groups[f.group] = state.groups[f.group] || []).push(j);
   });
@@ -296,7 +301,7 @@ function buildMapControls() {
 
 // -- the query ---------------------------------------------------------------------------
 function readInstance() {
-  const inst = {};
+  const inst = dict();
   state.features.forEach((f) => { if (f.group) inst[f.name] = 0; });
   document.querySelectorAll("[data-group]").forEach((sel) => {
     inst[state.features[Number(sel.value)].name] = 1;
@@ -312,8 +317,8 @@ function readRequest() {
   const req = { instance: readInstance(), norm: $("opt-norm").value, k: Number($("opt-k").value) };
   if ($("opt-target").value !== "") req.target = JSON.parse($("opt-target").value);
   const immutable = [];
-  const direction = {};
-  const bounds = {};
+  const direction = dict();
+  const bounds = dict();
   document.querySelectorAll("[data-constraint]").forEach((el) => {
     const name = el.dataset.name;
     const f = state.features.find((x) => x.name === name);
@@ -354,7 +359,7 @@ function groupCost(group) {
 // fillRows shows them rounded and keeps the exact value in data-value (and the tooltip).
 function changeRows(changes) {
   const rows = [];
-  const groups = {};
+  const groups = dict();
   for (const [name, c] of Object.entries(changes)) {
     const f = state.features.find((x) => x.name === name);
     if (f.group) {

@@ -541,3 +541,47 @@ def test_a_group_with_some_columns_fixed_is_marked_so(server, browser):
     finally:
         for mid in ids:
             httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
+
+
+def test_features_named_like_object_members_are_read_and_constrained(server, browser):
+    """Feature names are any text: "toString" and "__proto__" too. The page kept them in
+    plain objects, where bounds["toString"] read the inherited function (the bound typed
+    there was dropped, and the answer broke it) and inst["__proto__"] set no key (every
+    query was refused: feature '__proto__' is missing)."""
+    base, _, _ = server
+    drv = browser
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-1, 1, size=(400, 2))
+    y = (X[:, 0] + X[:, 1] > 0).astype(int)
+    fitted = Fitted(RandomForestClassifier(10, max_depth=3, random_state=0).fit(X, y), X, y)
+    spec = {"name": "odd names", "features": [
+        {"name": "toString", "type": "continuous", "lower": -1, "upper": 1},
+        {"name": "__proto__", "type": "continuous", "lower": -1, "upper": 1}]}
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    r = httpx.post(base + "/v1/models", headers=admin, files={"model": ("m.skops", fitted.skops)},
+                   data={"spec": json.dumps(spec)})
+    assert r.status_code == 202, r.text
+    mid = r.json()["id"]
+    try:
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()["status"] != "ready":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        wait = _open(drv, base)
+        Select(drv.find_element(By.ID, "model")).select_by_value(mid)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-feature="__proto__"]'))
+        _set(_field(drv, "toString"), -0.5)
+        _set(_field(drv, "__proto__"), -0.5)
+        drv.find_element(By.CSS_SELECTOR, "#constraints-box summary").click()
+        _set(drv.find_element(By.CSS_SELECTOR, '[data-constraint="bounds"][data-name="toString"]'
+                              '[data-side="lower"]'), -0.5)
+        drv.find_element(By.ID, "submit").send_keys(Keys.ENTER)
+        wait.until(ec.visibility_of_element_located((By.ID, "distance")))
+        (sent,) = _requests(drv, "/counterfactuals")
+        assert sent["instance"] == {"toString": -0.5, "__proto__": -0.5}
+        assert sent["bounds"] == {"toString": [-0.5, None]}
+        api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
+                         json=sent).json()
+        assert api["feasible"] and api["counterfactual"]["toString"] >= -0.5
+    finally:
+        httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
