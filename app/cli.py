@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -43,6 +44,9 @@ from maps_core import (
 )
 
 from .progress import ProgressBar
+
+#: ``--log-level`` values (Python's logging levels, which uvicorn's are too).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 class CLIError(Exception):
@@ -319,6 +323,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
     from app.observability import WORKER_LOG_ENV, configure_logging
     from app.server import PROTOCOL
+    from app.settings import unknown_settings
 
     if args.data_dir:
         # Worker processes read their settings from the environment.
@@ -332,6 +337,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CLIError(f"data dir {settings.data_dir}: {exc.strerror or exc}") from None
     configure_logging(settings.log_format, args.log_level)
+    for warning in unknown_settings(os.environ):
+        logging.getLogger("cfmaps.app").warning(warning)
     # log_config=None: keep the handler above (request ids, JSON) for uvicorn's loggers.
     # On SIGTERM uvicorn stops accepting, lets in-flight requests finish within the grace
     # period, then runs the app's shutdown (builds asked to stop, queued again at start).
@@ -476,7 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     s.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
     s.add_argument("--data-dir", metavar="D", help="data directory (default: $CFMAPS_DATA_DIR)")
-    s.add_argument("--log-level", default="info", help="uvicorn log level (default: info)")
+    s.add_argument("--log-level", default="info", choices=LOG_LEVELS,
+                   help="log level (default: info)")
     s.add_argument(
         "--workers", type=int, default=None, metavar="N",
         help="processes serving the same data dir (default: $CFMAPS_WORKERS, else 1); they "

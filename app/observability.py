@@ -110,6 +110,9 @@ def configure_logging(fmt: str = "text", level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Python's warnings (a numpy RuntimeWarning, say) as log records, in the same format:
+    # printed raw, they broke one-JSON-object-per-line logs
+    logging.captureWarnings(True)
     # uvicorn's own loggers propagate to the root instead of printing their own format
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         lg = logging.getLogger(name)

@@ -6,8 +6,10 @@ or passed explicitly to :class:`Settings` (tests do that).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -122,10 +124,10 @@ class Settings(BaseSettings):
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.
     build_workers : int
         Builds that run at the same time, each in its own worker process
-        (:mod:`app.builds`); more wait in a queue (status ``queued``).
+        (:mod:`app.builds`); more wait in a queue (status ``queued``). At most 64.
     build_jobs : int or None
-        Threads used inside one build. Default: all cores but one, so that queries keep a
-        core while a build runs.
+        Threads used inside one build (at most 256). Default: all cores but one, so that
+        queries keep a core while a build runs.
     build_max_seconds, build_max_rectangles : optional
         Extraction budgets (default: 15 minutes, 250,000 rectangles). When one runs out,
         the unresolved regions are kept as *mixed* boxes that queries search inside, so
@@ -192,8 +194,8 @@ class Settings(BaseSettings):
     query_threads: int | None = Field(default=None, gt=0, le=64)
     map_max_side: int = Field(default=1024, gt=0, le=2048)
     ui: bool = True
-    build_workers: int = Field(default=1, gt=0)
-    build_jobs: int | None = Field(default=None, gt=0)
+    build_workers: int = Field(default=1, gt=0, le=64)
+    build_jobs: int | None = Field(default=None, gt=0, le=256)
     build_max_seconds: float | None = Field(default=900.0, gt=0)
     build_max_rectangles: int | None = Field(default=DEFAULT_MAX_RECTANGLES, gt=0)
     build_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)
@@ -297,6 +299,24 @@ class Settings(BaseSettings):
         if self.build_jobs:
             return self.build_jobs
         return max(1, (os.cpu_count() or 2) - 1)
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """A warning for each ``CFMAPS_`` variable of ``environ`` that names no setting (a
+    typo: ``CFMAPS_API_TOKEN`` set for ``CFMAPS_API_TOKENS`` left the service open), with
+    the setting it may mean. Warned, not refused: the README's examples use such names as
+    shell variables, and tests and benchmarks have their own."""
+    known = {f"CFMAPS_{name.upper()}" for name in Settings.model_fields}
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("CFMAPS_") or name in known:
+            continue
+        near = ([k for k in sorted(known) if k.startswith(name)]  # CFMAPS_RATE_LIMIT
+                or difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8))
+        hint = f"; did you mean {near[0]}?" if near else ""
+        out.append(f"{name} is set but names no setting of the service, so it has no "
+                   f"effect{hint}")
+    return out
 
 
 def query_threads() -> int:

@@ -316,7 +316,8 @@ def _default_options(engine: SearchEngine, norm: str, k: int) -> QueryOptions:
 def _typical_width(engine: SearchEngine, weights: np.ndarray) -> float:
     """Median weighted width of the features' finite extent (domain bounds and thresholds),
     the scale of the first deepening bound (1.0 with the default weights 1/range)."""
-    ww = [v for v in (weights * engine.widths).tolist() if v > 0]
+    with np.errstate(over="ignore"):  # inf for weights near float64's end: refused later
+        ww = [v for v in (weights * engine.widths).tolist() if v > 0]
     return statistics.median(ww) if ww else 1.0  # np.median costs ~50 us per query
 
 

@@ -524,6 +524,16 @@ def test_a_setting_out_of_range_is_an_error_message_not_a_traceback(
     assert err == "cfmaps: error: CFMAPS_MAX_BATCH: Input should be greater than 0\n"
 
 
+def test_serve_names_a_bad_log_level(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # --log-level bogus was a 19-line traceback (ValueError: Unknown level)
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage error
+        main(["serve", "--port", "1", "--data-dir", str(tmp_path), "--log-level", "bogus"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "invalid choice: 'bogus'" in err
+
+
 def test_build_out_never_replaces_what_is_not_maps(
     tmp_path: Path, model_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import warnings
 from typing import Any
 
 from svc_helpers import Fitted, Service
@@ -73,12 +74,19 @@ def test_json_logs_carry_the_request_id(service: Service) -> None:
         root.handlers[0].setStream(buf)  # type: ignore[attr-defined]
         service.client.get("/v1/models/nope", headers={"X-Request-ID": "req-44"})
         logging.getLogger("cfmaps.app").info("outside a request")
+        # a Python warning (numpy's overflow RuntimeWarning, say) is a JSON line too: it
+        # was printed raw, two lines of text among the JSON
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("overflow encountered in multiply", RuntimeWarning, stacklevel=1)
         lines = [json.loads(line) for line in buf.getvalue().splitlines()]
         assert lines and all({"time", "level", "logger", "message", "request_id"} <= set(x) for x in lines)
-        assert lines[-1]["request_id"] == "-" and lines[-1]["message"] == "outside a request"
+        assert lines[-2]["request_id"] == "-" and lines[-2]["message"] == "outside a request"
+        assert lines[-1]["logger"] == "py.warnings" and "overflow" in lines[-1]["message"]
     finally:
         root.handlers[:], _ = saved
         root.setLevel(saved[1])
+        logging.captureWarnings(False)
 
 
 def test_405_names_every_allowed_method(service: Service) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings, parse_byte_size, query_threads
+from app.settings import Settings, parse_byte_size, query_threads, unknown_settings
 from maps_core import available_memory
 
 
@@ -107,6 +107,10 @@ def test_settings_read_as_documented(monkeypatch: pytest.MonkeyPatch, tmp_path, 
     ("CFMAPS_API_TOKENS", "api-\u00fc"),
     ("CFMAPS_API_TOKENS", "ok,has space"),
     ("CFMAPS_ADMIN_TOKEN", "adm-\u00fc"),
+    # every build then failed with a misleading reason (setrlimit's overflow, or a memory
+    # budget of 0 bytes each)
+    ("CFMAPS_BUILD_JOBS", "100000000000"),
+    ("CFMAPS_BUILD_WORKERS", "100000000000"),
 ])
 def test_settings_out_of_range_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path, var: str,
                                            value: str) -> None:
@@ -130,3 +134,16 @@ def test_every_variable_set_but_empty_is_unset(monkeypatch: pytest.MonkeyPatch, 
         assert got is None  # documented: empty for no limit
     else:
         assert got == getattr(default, name)
+
+
+def test_unknown_cfmaps_variables_are_named_with_the_setting_they_may_mean() -> None:
+    # CFMAPS_API_TOKEN (the README's shell variable) set for CFMAPS_API_TOKENS left the
+    # service open without a word
+    env = {"CFMAPS_API_TOKEN": "s3cret", "CFMAPS_MAX_BATCH": "5", "CFMAPS_RATE_LIMIT": "5",
+           "CFMAPS_SOMETHING_ELSE": "1", "PATH": "/bin"}
+    got = unknown_settings(env)
+    assert len(got) == 3
+    assert got[0].startswith("CFMAPS_API_TOKEN is set but names no setting")
+    assert got[0].endswith("did you mean CFMAPS_API_TOKENS?")
+    assert got[1].endswith("did you mean CFMAPS_RATE_LIMIT_PER_MINUTE?")
+    assert got[2].startswith("CFMAPS_SOMETHING_ELSE") and "did you" not in got[2]
