@@ -80,27 +80,21 @@ class BodyLimitMiddleware:
         upload = scope["path"].rstrip("/") == "/v1/models"
         limit = self.settings.max_upload_bytes if upload else self.settings.max_body_bytes
         field = "model" if upload else "body"
+        coding = _content_encoding(scope)
+        if coding not in ("", "identity"):
+            # the body would be read as what it is not: gzip bytes as "not JSON", an
+            # encoded upload as no model file
+            await _refuse(send, 415, error_body(
+                "unsupported_media_type", f"Content-Encoding {coding!r} is not supported: "
+                "send the body uncompressed", "content-encoding"))
+            return
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            body = json.dumps(
-                error_body(
-                    "payload_too_large",
-                    f"the request body ({declared} bytes) exceeds the limit of {limit} bytes",
-                    field,
-                )
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 413,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _refuse(send, 413, error_body(
+                "payload_too_large",
+                f"the request body ({declared} bytes) exceeds the limit of {limit} bytes",
+                field,
+            ))
             return
         seen = 0
 
@@ -142,6 +136,30 @@ class HeadAsGetMiddleware:
             await send(message)
 
         await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+async def _refuse(send: Send, status: int, error: dict[str, Any]) -> None:
+    """Answer ``error`` with ``status`` before the body is read, and close the connection
+    (the unread body would otherwise be taken for the next request)."""
+    body = json.dumps(error).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+def _content_encoding(scope: Scope) -> str:
+    """The request's ``Content-Encoding``, lower case ("" without one)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-encoding":
+            return value.decode("latin-1").strip().lower()
+    return ""
 
 
 def _content_length(scope: Scope) -> int | None:

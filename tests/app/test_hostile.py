@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from typing import Any
 
@@ -208,6 +209,27 @@ def test_body_too_large_is_413_declared_or_streamed(strict_service: Any) -> None
 
     r = svc.client.post(url, content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
+
+
+def test_an_encoded_body_is_415_naming_its_encoding(strict_service: Any) -> None:
+    # gzip was read as the body itself: 422 "not JSON this service reads (an integer of
+    # more than 4,300 digits...)"; br over a plain body was answered as if plain
+    svc, model_id = strict_service
+    plain = json.dumps({"instance": GOOD}).encode()
+    for route in ("counterfactuals", "predict"):
+        url = f"/v1/models/{model_id}/{route}"
+        for coding, body in (("gzip", gzip.compress(plain)), ("br", plain), ("GZIP", plain)):
+            r = svc.client.post(url, content=body, headers={
+                "content-type": "application/json", "content-encoding": coding})
+            assert r.status_code == 415, (route, coding, r.text)
+            assert r.json()["error"] == "unsupported_media_type"
+            assert r.json()["field"] == "content-encoding" and coding.lower() in r.json()["message"]
+        r = svc.client.post(url, content=plain, headers={
+            "content-type": "application/json", "content-encoding": "identity"})
+        assert r.status_code == 200, r.text
+    r = svc.client.post("/v1/models", files={"model": ("m.skops", b"PK")},
+                        headers={"content-encoding": "gzip"})
+    assert r.status_code == 415
 
 
 def test_wrong_methods_and_paths_are_json(strict_service: Any) -> None:
