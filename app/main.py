@@ -22,6 +22,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from maps_core.warmup import discard_scratch, warm_up
@@ -29,7 +31,7 @@ from maps_core.warmup import discard_scratch, warm_up
 from . import errors
 from .builds import BuildManager
 from .dataplane import default_map_size
-from .errors import error_body
+from .errors import ForbiddenError, UnauthorizedError, error_body
 from .metrics import Metrics, MetricsMiddleware
 from .observability import WORKER_LOG_ENV, RequestIdMiddleware, configure_logging
 from .ratelimit import RateLimiter
@@ -38,6 +40,7 @@ from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
 from .routes.lean import LeanDispatch
 from .schemas import NORM_DEFAULT_WORDS
+from .security import require_admin, require_query
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
@@ -66,7 +69,9 @@ class BodyLimitMiddleware:
     """Refuse bodies above ``max_body_bytes`` (``max_upload_bytes`` for model uploads) with 413.
 
     A declared ``Content-Length`` above the limit is refused before reading anything; a body
-    without one (chunked) is counted as it streams.
+    without one (chunked) is counted as it streams. Before any of it, a request with a body
+    is checked for its credentials (:func:`_early_auth`), and one sent with a
+    ``Content-Encoding`` is refused (415).
     """
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
@@ -78,6 +83,11 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         upload = scope["path"].rstrip("/") == "/v1/models"
+        if self.settings.role != "builder":  # a builder has no such routes (404)
+            denied = await _early_auth(scope, upload)
+            if denied is not None:
+                await denied(scope, receive, send)
+                return
         limit = self.settings.max_upload_bytes if upload else self.settings.max_body_bytes
         field = "model" if upload else "body"
         coding = _content_encoding(scope)
@@ -136,6 +146,21 @@ class HeadAsGetMiddleware:
             await send(message)
 
         await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+async def _early_auth(scope: Scope, upload: bool) -> Response | None:
+    """The 401/403 of a request to an upload (admin) or a model's route (query) whose
+    credentials do not pass, decided before its body is read: FastAPI reads and parses a
+    body before it runs a route's dependencies, so a client without a token had its 256
+    MiB upload read (and a broken JSON body got 422, not 401). None: go on (the routes'
+    own dependencies check again, as for every route)."""
+    if not (upload or scope["path"].startswith("/v1/models/")):
+        return None
+    try:
+        await (require_admin if upload else require_query)(Request(scope))
+    except (UnauthorizedError, ForbiddenError) as exc:
+        return errors.response_for(exc)
+    return None
 
 
 async def _refuse(send: Send, status: int, error: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ from app.security import is_loopback
 
 ADMIN = {"Authorization": "Bearer s3cret-admin"}
 API = {"Authorization": "Bearer tok-a"}
+ZEROS = "0" * 32  # an id no model has
 
 
 @pytest.mark.parametrize(
@@ -96,6 +97,35 @@ def test_api_tokens_guard_queries(service_factory: Any, rf: Fitted) -> None:
         # Probes and metrics need no token.
         for url in ("/healthz", "/readyz", "/metrics", "/openapi.json"):
             assert c.get(url).status_code == 200, url
+
+
+def test_credentials_are_checked_before_the_body_is_read(service_factory: Any) -> None:
+    """FastAPI reads and parses a body before a route's dependencies run: an upload
+    without a token was read whole (up to 256 MiB) before its 401, and a query whose body
+    is no JSON got 422 instead of 401."""
+    with service_factory(admin_token="s3cret-admin", api_tokens=["tok-a"], client=REMOTE) as svc:
+        c = svc.client
+        sent = [0]
+
+        def body() -> Any:
+            for _ in range(1000):
+                sent[0] += 1
+                yield b"x" * 65536
+
+        for headers, status in (({}, 401), ({"Authorization": "Bearer wrong"}, 403),
+                                (API, 403)):
+            sent[0] = 0
+            r = c.post("/v1/models", content=body(), headers={
+                **headers, "content-type": "multipart/form-data; boundary=b"})
+            assert r.status_code == status and r.json()["field"] == "authorization"
+            assert sent[0] <= 2, sent[0]  # of 1,000 chunks (64 MB)
+        for path in ("counterfactuals", "predict", "map.png"):
+            r = c.post(f"/v1/models/{ZEROS}/{path}", content=b"{not json",
+                       headers={"content-type": "application/json"})
+            assert r.status_code == 401, (path, r.text)
+            r = c.post(f"/v1/models/{ZEROS}/{path}", content=b"{not json",
+                       headers={**API, "content-type": "application/json"})
+            assert r.status_code in (404, 422), (path, r.text)  # past the gate
 
 
 def test_token_settings_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
