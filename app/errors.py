@@ -199,6 +199,9 @@ def validation_details(errors: Sequence[Any]) -> list[dict[str, Any]]:
             # -d without a content type is a form); pydantic's words name its internals
             field = "body"
             message = "must be a JSON object, sent with Content-Type: application/json"
+        elif "Expected UploadFile" in message:
+            # a text field where a file part belongs: Starlette's words name its class
+            message = "must be a file part (a text field was sent)"
         out.append({"field": field, "message": message})
     return out
 

@@ -280,6 +280,8 @@ def test_missing_or_textual_model_part_is_422(service: Service) -> None:
     assert r.status_code == 422 and r.json()["field"] == "model"
     r = c.post("/v1/models", data={"model": "not a file"}, files={"other": ("x", b"x")})
     assert r.status_code == 422 and r.json()["field"] == "model"
+    # not "Value error, Expected UploadFile, received: <class 'str'>"
+    assert r.json()["message"] == "model: must be a file part (a text field was sent)"
     r = c.post("/v1/models", json={"model": "x"})
     assert r.status_code == 422
 
