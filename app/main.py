@@ -145,7 +145,14 @@ class HeadAsGetMiddleware:
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, headers_only)
+        inner = {**scope, "method": "GET"}
+        try:
+            await self.app(inner, receive, headers_only)
+        finally:
+            # the route the router matched, for the metrics outside (a load balancer's HEAD
+            # probes counted as requests to unknown paths, "<unmatched>")
+            if "route" in inner:
+                scope["route"] = inner["route"]
 
 
 async def _early_auth(scope: Scope, upload: bool) -> Response | None:

@@ -63,6 +63,9 @@ def test_metrics(rf_service: Any, rf: Fitted) -> None:
         c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
     c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": [1]})
     c.get("/no/such/path")
+    # HEAD probes count under their route, as their GET (they were "<unmatched>")
+    assert c.head("/readyz").status_code == 200
+    assert c.head(f"/v1/models/{model_id}").status_code == 200
     r = c.get("/metrics")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain")
@@ -71,6 +74,9 @@ def test_metrics(rf_service: Any, rf: Fitted) -> None:
     assert f'cfmaps_http_requests_total{{method="POST",route="{route}",status="200"}} 3.0' in text
     assert f'cfmaps_http_requests_total{{method="POST",route="{route}",status="422"}} 1.0' in text
     assert 'route="<unmatched>",status="404"' in text
+    assert 'cfmaps_http_requests_total{method="HEAD",route="/readyz",status="200"} 1.0' in text
+    assert ('cfmaps_http_requests_total{method="HEAD",route="/v1/models/{model_id}",'
+            'status="200"} 1.0') in text
     assert model_id not in text  # ids never become labels
     assert (
         f'cfmaps_http_request_duration_seconds_count{{method="POST",route="{route}"}} 4.0' in text
