@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
-from maps_core import InvalidQueryError
+from maps_core import InvalidQueryError, QueryCancelledError
 
 from ..builds import BuildManager
 from ..errors import InvalidInputError, PayloadTooLargeError
@@ -141,8 +142,24 @@ async def until_disconnect(request: Request, fn: Callable[..., T]) -> T:
     watcher = asyncio.create_task(watch())
     try:
         return await in_thread(fn, cancel=cancel)
+    except QueryCancelledError:
+        if cancel.is_set():
+            _log_abandoned(request)
+        raise
     finally:
         watcher.cancel()
+
+
+def _log_abandoned(request: Request) -> None:
+    """The access-log line of a request whose client went away (499): uvicorn writes
+    none for an answer it cannot send, so the request was counted in the metrics but
+    missing from the log. Same logger and wording as uvicorn's own lines."""
+    client = request.client
+    addr = f"{client.host}:{client.port}" if client else "-"
+    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    logging.getLogger("uvicorn.access").info(
+        '%s - "%s %s HTTP/%s" %d', addr, request.method, path,
+        request.scope.get("http_version", "1.1"), 499)
 
 
 async def model_entry(registry: Registry, model_id: str, *, ready: bool = False) -> ModelEntry:

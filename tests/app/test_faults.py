@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import logging
 import os
 import signal
 import socket
@@ -621,7 +622,14 @@ def test_a_query_whose_client_went_away_stops(
         held()
         return real_search(*args)
 
+    access = logging.getLogger("uvicorn.access")
+    lines: list[str] = []
+    catch = logging.Handler()
+    catch.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
     with serve_uvicorn(settings) as (base, _), httpx.Client(base_url=base, timeout=60) as http:
+        access.addHandler(catch)
+        level = access.level
+        access.setLevel(logging.INFO)
         model_id = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)}).json()["id"]
         info = _wait_http_ready(http, model_id)
         assert info["status"] == "ready" and info["stats"]["mixed_regions"] > 0, info
@@ -648,8 +656,12 @@ def test_a_query_whose_client_went_away_stops(
             assert cancelled.wait(30)
             wait_until(lambda n=n: f'status="499"}} {n}.0' in http.get("/metrics").text,
                        timeout=30)
+            # and in the access log, which uvicorn does not write for an unsent answer
+            assert sum(f'"POST {url} HTTP/1.1" 499' in line for line in lines) == n, lines
             assert len(chunks) == (1 if body is batch else 0)
             hold.clear()
+        access.removeHandler(catch)
+        access.setLevel(level)
         again = http.post(url, content=batch, headers=headers)
         assert again.status_code == 200
         assert ([(r["distance"], r["counterfactual"]) for r in again.json()["results"]]
