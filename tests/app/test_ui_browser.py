@@ -16,6 +16,7 @@ their absence is an error, so CI cannot pass without running these tests.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -459,6 +461,25 @@ NOMINAL_SPEC = {
 }
 
 
+@contextlib.contextmanager
+def _uploaded(base: str, fitted: Fitted, spec: dict[str, Any]) -> Iterator[str]:
+    """Upload ``fitted`` with ``spec``, wait until its maps are ready, yield its id, and
+    delete it afterwards."""
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    r = httpx.post(base + "/v1/models", headers=admin, files={"model": ("m.skops", fitted.skops)},
+                   data={"spec": json.dumps(spec)})
+    assert r.status_code == 202, r.text
+    mid = r.json()["id"]
+    try:
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()["status"] != "ready":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        yield mid
+    finally:
+        httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
+
+
 def test_nominal_feature_is_a_list_of_codes_and_costs_one_weight(server, browser):
     """A nominal feature is chosen from its codes, has no direction to pick, and the
     changes table charges its switch one weight, as the API's distance does (read as a
@@ -469,16 +490,7 @@ def test_nominal_feature_is_a_list_of_codes_and_costs_one_weight(server, browser
     X = np.column_stack([rng.integers(0, 5, 400), rng.uniform(0, 10, 400)]).astype(float)
     y = (X[:, 0] == 3).astype(int)
     fitted = Fitted(RandomForestClassifier(10, max_depth=3, random_state=0).fit(X, y), X, y)
-    admin = {"Authorization": f"Bearer {ADMIN}"}
-    r = httpx.post(base + "/v1/models", headers=admin, files={"model": ("m.skops", fitted.skops)},
-                   data={"spec": json.dumps(NOMINAL_SPEC)})
-    assert r.status_code == 202, r.text
-    mid = r.json()["id"]
-    try:
-        deadline = time.monotonic() + 300
-        while httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()["status"] != "ready":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+    with _uploaded(base, fitted, NOMINAL_SPEC) as mid:
         wait = _open(drv, base)
         Select(drv.find_element(By.ID, "model")).select_by_value(mid)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-feature="region"]'))
@@ -504,8 +516,6 @@ def test_nominal_feature_is_a_list_of_codes_and_costs_one_weight(server, browser
         assert set(shown) == {"region"}
         assert float(shown["region"][2].get_attribute("data-value")) == 3
         assert float(shown["region"][3].get_attribute("data-value")) == 1.0
-    finally:
-        httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
 
 
 def test_a_group_with_some_columns_fixed_is_marked_so(server, browser):
@@ -557,16 +567,7 @@ def test_features_named_like_object_members_are_read_and_constrained(server, bro
     spec = {"name": "odd names", "features": [
         {"name": "toString", "type": "continuous", "lower": -1, "upper": 1},
         {"name": "__proto__", "type": "continuous", "lower": -1, "upper": 1}]}
-    admin = {"Authorization": f"Bearer {ADMIN}"}
-    r = httpx.post(base + "/v1/models", headers=admin, files={"model": ("m.skops", fitted.skops)},
-                   data={"spec": json.dumps(spec)})
-    assert r.status_code == 202, r.text
-    mid = r.json()["id"]
-    try:
-        deadline = time.monotonic() + 300
-        while httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()["status"] != "ready":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+    with _uploaded(base, fitted, spec) as mid:
         wait = _open(drv, base)
         Select(drv.find_element(By.ID, "model")).select_by_value(mid)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-feature="__proto__"]'))
@@ -583,5 +584,3 @@ def test_features_named_like_object_members_are_read_and_constrained(server, bro
         api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
                          json=sent).json()
         assert api["feasible"] and api["counterfactual"]["toString"] >= -0.5
-    finally:
-        httpx.delete(f"{base}/v1/models/{mid}", headers=admin)
