@@ -240,8 +240,10 @@ def _swap_in(tmp: Path, path: Path) -> None:
     """Rename the finished directory ``tmp`` to ``path``, moving maps there aside first
     and removing them after. Another save may put its maps at ``path`` between the two
     renames: they are moved aside in turn (the last save wins, as with a single file),
-    rather than the rename failing with "Directory not empty"."""
+    rather than the rename failing with "Directory not empty". A rename that fails
+    otherwise puts the maps last moved aside back."""
     olds = []
+    done = False
     try:
         for _ in range(100):
             if os.path.lexists(path):
@@ -253,6 +255,7 @@ def _swap_in(tmp: Path, path: Path) -> None:
                     pass  # moved aside by the other save meanwhile
             try:
                 os.replace(tmp, path)
+                done = True
                 break
             except OSError as exc:
                 if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
@@ -261,6 +264,11 @@ def _swap_in(tmp: Path, path: Path) -> None:
             raise ArtifactError(f"{path}: other saves keep replacing it; try again")
         _fsync_dir(path.parent)
     finally:
+        if not done and olds and not os.path.lexists(path):
+            try:  # the save failed: the maps that were there stay
+                os.replace(olds.pop(), path)
+            except OSError:
+                pass
         for old in olds:
             _remove_tree(old)
 

@@ -516,6 +516,27 @@ def test_a_full_disk_while_saving_leaves_the_old_maps_and_no_temporaries(built, 
     assert answers(CounterfactualMaps.load(path), X[:5]) == before
 
 
+def test_a_failing_final_rename_leaves_the_old_maps_in_place(built, tmp_path, monkeypatch):
+    # the old maps are moved aside before the new ones are renamed in: a failure of that
+    # rename left them under a hidden .m.old-* name, the path empty
+    _, X, maps = built
+    path = maps.save(tmp_path / "m")
+    before = answers(CounterfactualMaps.load(path), X[:5])
+    real = os.replace
+
+    def replace(src, dst):
+        if ".tmp-" in str(src):
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError):
+        maps.save(path)
+    monkeypatch.setattr(os, "replace", real)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert answers(CounterfactualMaps.load(path), X[:5]) == before
+
+
 @pytest.mark.parametrize("norm", ["l1", "l2", "linf"])
 def test_best_found_brackets_the_optimum(budgeted, norm):
     """With ``on_budget="best"``, a search out of its box budget answers with the nearest
