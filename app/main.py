@@ -173,7 +173,7 @@ async def _early_auth(scope: Scope, upload: bool) -> Response | None:
 async def _refuse(send: Send, status: int, error: dict[str, Any]) -> None:
     """Answer ``error`` with ``status`` before the body is read, and close the connection
     (the unread body would otherwise be taken for the next request)."""
-    body = json.dumps(error).encode()
+    body = json.dumps(error, separators=(",", ":")).encode()  # as every other answer
     await send({
         "type": "http.response.start",
         "status": status,

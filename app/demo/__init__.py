@@ -270,6 +270,10 @@ def run_demo(host: str = "127.0.0.1", port: int = 8000, data_dir: str | None = N
     the signal it stopped on; with the default action the process ended on the spot and
     left the directory (the demo's built maps, about 7 MB) behind in the temp dir.
     """
+    from app.settings import unknown_settings
+
+    for warning in unknown_settings(os.environ):  # as cfmaps serve logs them
+        sys.stderr.write(f"cfmaps: warning: {warning}\n")
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     terminated = False
