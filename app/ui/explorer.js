@@ -8,7 +8,7 @@ const $ = (id) => document.getElementById(id);
 // inherited function and the bound typed there was dropped, and inst["__proto__"] = 1 set
 // no key at all).
 const dict = () => Object.create(null);
-const state = { model: null, features: [], groups: Object.create(null), lastAnswer: null, mapUrl: null, mapSeq: 0 };
+const state = { model: null, features: [], groups: dict(), lastAnswer: null, mapUrl: null, mapSeq: 0 };
 // A nominal feature with fewer codes than this is chosen from a list; more, typed in.
 const MAX_CODE_OPTIONS = 200;
 
