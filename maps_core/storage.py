@@ -122,14 +122,18 @@ def check_save_path(path: str | os.PathLike[str]) -> None:
             raise ArtifactError(f"{path}: {up} is a file, so no directory can be made there "
                                 "for the maps; choose another path")
         return
-    for attempt in range(_LOAD_ATTEMPTS):
+    for attempt in range(_RETRIES):
+        before = _identity(path)
+        if before is None and not os.path.lexists(path):
+            return  # moved aside by another save meanwhile: nothing to replace
         try:
             if path.is_dir() and ((path / MANIFEST).is_file() or not any(path.iterdir())):
                 return
         except FileNotFoundError:
-            return  # moved aside by another save meanwhile: nothing to replace
-        # another save swapping its maps in between the checks above (_swap_in)
-        if not (path.is_dir() and _replacing(path)):
+            return
+        # Another save swapping its maps in between the checks above (_swap_in): the
+        # directory moved aside under them read as "a file" and the save was refused.
+        if _identity(path) == before and not _replacing(path):
             break
         time.sleep(0.005 * (attempt + 1))
     what = "a directory that holds no maps" if path.is_dir() else "a file"
@@ -325,7 +329,7 @@ def load_artifact(
         When the process may open no more files (the maps may be fine).
     """
     path = Path(path)
-    for attempt in range(_LOAD_ATTEMPTS):
+    for attempt in range(_RETRIES):
         before = _identity(path)
         try:
             return _load(path, mmap, verify)
@@ -333,15 +337,16 @@ def load_artifact(
             # A save replacing these maps moves the old directory aside, renames the new
             # one in and removes the old: a load in between found files gone. Read again
             # when the directory at ``path`` changed meanwhile.
-            if attempt == _LOAD_ATTEMPTS - 1 or (_identity(path) == before
+            if attempt == _RETRIES - 1 or (_identity(path) == before
                                                  and not _replacing(path)):
                 raise
             time.sleep(0.005 * (attempt + 1))
     raise AssertionError("unreachable")
 
 
-#: Loads of maps that a save replaces meanwhile (:func:`load_artifact`).
-_LOAD_ATTEMPTS = 10
+#: Reads of a path that a save replaces meanwhile (:func:`load_artifact`,
+#: :func:`check_save_path`).
+_RETRIES = 10
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

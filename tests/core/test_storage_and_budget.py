@@ -227,6 +227,27 @@ def test_saves_and_loads_of_one_path_at_once(built, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
+def test_maps_moved_aside_while_the_path_is_checked_are_no_refusal(built, tmp_path,
+                                                                    monkeypatch):
+    """Another save moves the maps aside (:func:`_swap_in`) just after the check saw them:
+    the path then exists no more, and read as "a file", refusing the save (seen in CI)."""
+    _, _, maps = built
+    path = maps.save(tmp_path / "m")
+    real = os.path.lexists
+    moved = []
+
+    def lexists(p):  # noqa: ANN001 - os.path.lexists's own signature
+        there = real(p)
+        if there and os.fspath(p) == os.fspath(path) and not moved:
+            os.replace(path, tmp_path / ".m.old-x")  # what _swap_in does
+            moved.append(True)
+        return there
+
+    monkeypatch.setattr(os.path, "lexists", lexists)
+    check_save_path(path)
+    assert moved
+
+
 def test_missing_artifact(tmp_path):
     with pytest.raises(ArtifactNotFoundError):
         CounterfactualMaps.load(tmp_path / "nothing")
