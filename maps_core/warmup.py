@@ -18,6 +18,7 @@ import numpy as np
 from sklearn.ensemble import RandomForestClassifier
 
 from ._norms import N_NORMS, NORM_NAMES
+from .exceptions import BudgetExceededError
 from .maps import CounterfactualMaps
 from .query import PARALLEL_ROWS
 
@@ -82,7 +83,10 @@ def _run(model: RandomForestClassifier, X: np.ndarray, tmp: Path) -> None:
         # a first query of one of these compiled for tens of seconds past max_seconds
         for norm in NORM_NAMES:
             maps.counterfactual(X[1], norm=norm, k=2)
-        maps.counterfactual(X[1], max_boxes=1, on_budget="best")
+        try:
+            maps.counterfactual(X[1], max_boxes=1, on_budget="best")
+        except BudgetExceededError:
+            pass  # nothing found in one box of these mostly mixed maps: compiled all the same
         if maps.engine.has_mixed:
             # a search in two parts and a batch in two threads, as on maps whose
             # searches are long

@@ -80,7 +80,7 @@ def complete_maps(model):
 @pytest.fixture(scope="module", params=[("rf", 2), ("rf", 3), ("gb", 2), ("gb", 3)],
                 ids=lambda p: f"{p[0]}-{p[1]}cls")
 def budgeted(request):
-    """A model, its data, its complete maps and maps stopped after 5 rectangles (mostly
+    """A model, its data, its complete maps and maps stopped after 100 rectangles (mostly
     mixed). Forests big enough that searches split many boxes."""
     kind, n_classes = request.param
     X, y = synthetic(n_classes, 5, 4)
@@ -89,18 +89,18 @@ def budgeted(request):
     else:
         model = GradientBoostingClassifier(n_estimators=30, max_depth=3, random_state=0)
     model.fit(X, y)
-    return model, X, complete_maps(model), CounterfactualMaps.build(model, max_rectangles=5)
+    return model, X, complete_maps(model), CounterfactualMaps.build(model, max_rectangles=100)
 
 
 @pytest.fixture(scope="module")
 def mixed_forest():
     """A forest whose budgeted maps leave most of the space mixed, so that every search
     splits boxes of several regions: the model, its data, its complete maps and maps
-    stopped after 5 rectangles (built once per test module, so that no module's searches
+    stopped after 100 rectangles (built once per test module, so that no module's searches
     shape another's pace)."""
     X, y = synthetic(2, 5, 11)
     model = RandomForestClassifier(n_estimators=40, max_depth=6, random_state=0).fit(X, y)
-    return model, X, complete_maps(model), CounterfactualMaps.build(model, max_rectangles=5)
+    return model, X, complete_maps(model), CounterfactualMaps.build(model, max_rectangles=100)
 
 
 @pytest.fixture(scope="session")
