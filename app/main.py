@@ -15,15 +15,17 @@ import os
 import resource
 import threading
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute, APIRouter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from maps_core.warmup import discard_scratch, warm_up
@@ -40,7 +42,7 @@ from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
 from .routes.lean import LeanDispatch
 from .schemas import NORM_DEFAULT_WORDS
-from .security import require_admin, require_query
+from .security import CREDENTIAL_CHECKS
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
@@ -74,20 +76,21 @@ class BodyLimitMiddleware:
     ``Content-Encoding`` is refused (415).
     """
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings,
+                 routers: Sequence[APIRouter] = ()) -> None:
         self.app = app
         self.settings = settings
+        self.guards = _guards(routers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        denied = await _early_auth(scope, self.guards)
+        if denied is not None:
+            await denied(scope, receive, send)
+            return
         upload = scope["path"].rstrip("/") == "/v1/models"
-        if self.settings.role != "builder":  # a builder has no such routes (404)
-            denied = await _early_auth(scope, upload)
-            if denied is not None:
-                await denied(scope, receive, send)
-                return
         limit = self.settings.max_upload_bytes if upload else self.settings.max_body_bytes
         field = "model" if upload else "body"
         coding = _content_encoding(scope)
@@ -155,18 +158,39 @@ class HeadAsGetMiddleware:
                 scope["route"] = inner["route"]
 
 
-async def _early_auth(scope: Scope, upload: bool) -> Response | None:
-    """The 401/403 of a request to an upload (admin) or a model's route (query) whose
-    credentials do not pass, decided before its body is read: FastAPI reads and parses a
-    body before it runs a route's dependencies, so a client without a token had its 256
-    MiB upload read (and a broken JSON body got 422, not 401). None: go on (the routes'
-    own dependencies check again, as for every route)."""
-    if not (upload or scope["path"].startswith("/v1/models/")):
-        return None
-    try:
-        await (require_admin if upload else require_query)(Request(scope))
-    except (UnauthorizedError, ForbiddenError) as exc:
-        return errors.response_for(exc)
+Guard = Callable[[Request], Awaitable[None]]
+
+
+def _guards(routers: Sequence[APIRouter]) -> list[tuple[APIRoute, Guard]]:
+    """The routes of ``routers`` that take a body, each with the dependency that checks its
+    credentials (:data:`app.security.CREDENTIAL_CHECKS`), as the route declares it. The
+    routers must be included as they are (as for :class:`LeanDispatch`): their routes'
+    own paths are matched."""
+    found = []
+    for route in (r for router in routers for r in router.routes):
+        if not isinstance(route, APIRoute) or not route.methods or route.methods <= {
+                "GET", "HEAD", "OPTIONS"}:
+            continue
+        for dep in route.dependant.dependencies:
+            if dep.call in CREDENTIAL_CHECKS:
+                found.append((route, cast(Guard, dep.call)))
+                break
+    return found
+
+
+async def _early_auth(scope: Scope, guards: list[tuple[APIRoute, Guard]]) -> Response | None:
+    """The 401/403 of a request whose route (an upload, a query, a delete) checks
+    credentials that do not pass, decided before its body is read: FastAPI reads and parses
+    a body before it runs a route's dependencies, so a client without a token had its 256
+    MiB upload read (and a broken JSON body got 422, not 401). None: go on (the route's own
+    dependencies check again, as for every route)."""
+    for route, guard in guards:
+        if route.matches(scope)[0] is Match.FULL:
+            try:
+                await guard(Request(scope))
+            except (UnauthorizedError, ForbiddenError) as exc:
+                return errors.response_for(exc)
+            return None
     return None
 
 
@@ -429,11 +453,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
     )
     errors.install(app)
-    if settings.role != "builder":  # a builder serves the probes and metrics only
-        app.include_router(models.router)
-        app.include_router(counterfactuals.router)
-        if settings.ui:
-            app.include_router(ui.router)
+    # A builder serves the probes and metrics only. The routes of models and queries take
+    # bodies, whose credentials are checked before they are read (BodyLimitMiddleware).
+    body_routers = [] if settings.role == "builder" else [models.router, counterfactuals.router]
+    for router in body_routers:
+        app.include_router(router)
+    if settings.role != "builder" and settings.ui:
+        app.include_router(ui.router)
     app.include_router(health.router)
     if settings.role != "builder":
         # Innermost of ours: the query routes' happy path without FastAPI's generic request
@@ -443,7 +469,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Added last = outermost: metrics also count the 413s answered by the body limit, and
     # every answer, 413s included, carries its request id.
     app.add_middleware(errors.CatchAllMiddleware)  # inside the two below: a 500 is counted, has an id
-    app.add_middleware(BodyLimitMiddleware, settings=settings)
+    app.add_middleware(BodyLimitMiddleware, settings=settings, routers=body_routers)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -122,3 +122,8 @@ async def require_query(request: Request) -> None:
         allowed.append(settings.admin_secret)
     if not _matches(token, allowed):
         raise ForbiddenError("the token is not valid for this service", "authorization")
+
+
+#: The dependencies that check credentials, one per kind of access: the body limit looks
+#: them up on a route to check them before the body is read (``app.main._early_auth``).
+CREDENTIAL_CHECKS = (require_admin, require_query)
