@@ -86,10 +86,16 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        denied = await _early_auth(scope, self.guards)
-        if denied is not None:
-            await denied(scope, receive, send)
-            return
+        for route, guard in self.guards:
+            if route.matches(scope)[0] is Match.FULL:
+                # /metrics counts the answers given here (401, 403, 413, 415) by their
+                # route, as the router would have named it
+                scope["route"] = route
+                denied = await _early_auth(scope, guard)
+                if denied is not None:
+                    await denied(scope, receive, send)
+                    return
+                break
         upload = scope["path"].rstrip("/") == "/v1/models"
         limit = self.settings.max_upload_bytes if upload else self.settings.max_body_bytes
         field = "model" if upload else "body"
@@ -178,19 +184,16 @@ def _guards(routers: Sequence[APIRouter]) -> list[tuple[APIRoute, Guard]]:
     return found
 
 
-async def _early_auth(scope: Scope, guards: list[tuple[APIRoute, Guard]]) -> Response | None:
+async def _early_auth(scope: Scope, guard: Guard) -> Response | None:
     """The 401/403 of a request whose route (an upload, a query, a delete) checks
-    credentials that do not pass, decided before its body is read: FastAPI reads and parses
-    a body before it runs a route's dependencies, so a client without a token had its 256
-    MiB upload read (and a broken JSON body got 422, not 401). None: go on (the route's own
-    dependencies check again, as for every route)."""
-    for route, guard in guards:
-        if route.matches(scope)[0] is Match.FULL:
-            try:
-                await guard(Request(scope))
-            except (UnauthorizedError, ForbiddenError) as exc:
-                return errors.response_for(exc)
-            return None
+    credentials with ``guard`` that do not pass, decided before its body is read: FastAPI
+    reads and parses a body before it runs a route's dependencies, so a client without a
+    token had its 256 MiB upload read (and a broken JSON body got 422, not 401). None: go
+    on (the route's own dependencies check again, as for every route)."""
+    try:
+        await guard(Request(scope))
+    except (UnauthorizedError, ForbiddenError) as exc:
+        return errors.response_for(exc)
     return None
 
 

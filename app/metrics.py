@@ -8,7 +8,8 @@ Exposed series:
 * ``cfmaps_http_requests_total{method, route, status}`` and
   ``cfmaps_http_request_duration_seconds{method, route}``: ``route`` is the route
   *template* (``/v1/models/{model_id}/counterfactuals``), so ids do not explode the label
-  space; requests matching no route count as ``<unmatched>``.
+  space; requests matching no route count as ``<unmatched>``. Answers given before the
+  body is read (401, 403, 413, 415) count under their route.
 * ``cfmaps_builds_total{outcome}`` (ready, failed, cancelled), ``cfmaps_builds_running``,
   ``cfmaps_builds_queued``, ``cfmaps_build_duration_seconds``.
 * ``cfmaps_counterfactuals_total``: instances answered; ``cfmaps_models{status}``: models

@@ -63,6 +63,12 @@ def test_metrics(rf_service: Any, rf: Fitted) -> None:
         c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
     c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": [1]})
     c.get("/no/such/path")
+    # answered before the body is read (415, 413), still counted under their route
+    c.post(f"/v1/models/{model_id}/counterfactuals", content=b"{}",
+           headers={"content-type": "application/json", "content-encoding": "gzip"})
+    c.post(f"/v1/models/{model_id}/counterfactuals",
+           content=b" " * (svc.settings.max_body_bytes + 1),
+           headers={"content-type": "application/json"})
     # HEAD probes count under their route, as their GET (they were "<unmatched>")
     assert c.head("/readyz").status_code == 200
     assert c.head(f"/v1/models/{model_id}").status_code == 200
@@ -74,12 +80,15 @@ def test_metrics(rf_service: Any, rf: Fitted) -> None:
     assert f'cfmaps_http_requests_total{{method="POST",route="{route}",status="200"}} 3.0' in text
     assert f'cfmaps_http_requests_total{{method="POST",route="{route}",status="422"}} 1.0' in text
     assert 'route="<unmatched>",status="404"' in text
+    for status in (413, 415):
+        assert (f'cfmaps_http_requests_total{{method="POST",route="{route}",'
+                f'status="{status}"}} 1.0') in text
     assert 'cfmaps_http_requests_total{method="HEAD",route="/readyz",status="200"} 1.0' in text
     assert ('cfmaps_http_requests_total{method="HEAD",route="/v1/models/{model_id}",'
             'status="200"} 1.0') in text
     assert model_id not in text  # ids never become labels
     assert (
-        f'cfmaps_http_request_duration_seconds_count{{method="POST",route="{route}"}} 4.0' in text
+        f'cfmaps_http_request_duration_seconds_count{{method="POST",route="{route}"}} 6.0' in text
     )
     assert 'cfmaps_builds_total{outcome="ready"} 1.0' in text
     assert "cfmaps_builds_running 0.0" in text
