@@ -76,7 +76,9 @@ def read_table(
 ) -> tuple[list[str], list[str] | None, list[list[str]]]:
     """Read a CSV with one header row, or the project's two-row header, as strings.
 
-    Blank lines and a UTF-8 byte-order mark are ignored; every data row must have as many
+    Blank lines (and lines of empty fields, as spreadsheets export blank rows), a UTF-8
+    byte-order mark and columns with neither a name nor a value (a trailing comma on every
+    line) are ignored; every column must have its own name, and every data row as many
     fields as the header.
 
     Returns
@@ -90,7 +92,8 @@ def read_table(
     Raises
     ------
     SchemaError
-        Missing or unreadable file, no data rows, or a row of the wrong length.
+        Missing or unreadable file, no data rows, a column without a name or with the
+        name of another, or a row of the wrong length.
     """
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
@@ -101,7 +104,15 @@ def read_table(
         raise SchemaError(f"cannot read {path}: {exc}") from exc
     if len(rows) < 2:
         raise SchemaError(f"{path}: expected a header row and at least one data row")
+    rows = _drop_unnamed_empty(rows)
     names = [c.strip() for c in rows[0]]
+    for j, name in enumerate(names):
+        if not name:
+            raise SchemaError(f"{path}: column {j + 1} has no name in the header row")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # read by name, the first of two would stand for both (labels included)
+        raise SchemaError(f"{path}: the header names {', '.join(map(repr, repeated))} more "
+                          "than once; give every column its own name")
     codes: list[str] | None = None
     second = [c.strip().upper() for c in rows[1]]
     if len(second) == len(names) and all(c in (*TYPE_CODES, "T") for c in second):
@@ -115,6 +126,17 @@ def read_table(
             line = i + (3 if codes else 2)
             raise SchemaError(f"{path}, line {line}: {len(r)} fields, the header has {len(names)}")
     return names, codes, data
+
+
+def _drop_unnamed_empty(rows: list[list[str]]) -> list[list[str]]:
+    """``rows`` without the columns that have no name and no value in any row: the trailing
+    comma on every line of a spreadsheet's export, which hid the type row."""
+    header = rows[0]
+    drop = {j for j, name in enumerate(header) if not name.strip()
+            and all(j >= len(r) or not r[j].strip() for r in rows[1:])}
+    if not drop:
+        return rows
+    return [[c for j, c in enumerate(r) if j not in drop] for r in rows]
 
 
 def _is_missing(v: str) -> bool:
@@ -150,7 +172,11 @@ def _labels(raw: list[str], column: str, first_line: int, path: object) -> np.nd
         y = np.array([float(v) for v in raw])
     except ValueError:
         return np.array([v.strip() for v in raw], dtype=object)
-    if np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+    inf = np.flatnonzero(np.isinf(y))
+    if inf.size:
+        raise SchemaError(f"{path}, line {first_line + int(inf[0])}: the label {column!r} is "
+                          "infinite")
+    if np.all(y == np.round(y)):
         return y.astype(np.int64)
     return y
 
@@ -273,12 +299,13 @@ def load_csv(
     Raises
     ------
     SchemaError
-        Unreadable or malformed file (see :func:`read_table`), no label column, a missing
-        label, a non-numeric or infinite value in a numeric column, or a value its type code
-        forbids (a 2 in a ``B`` column, 1.5 in a ``D`` column).
+        Unreadable or malformed file (see :func:`read_table`), no label column, a label
+        other than the ``T``-coded column asked for, a missing or infinite label, a
+        non-numeric or infinite value in a numeric column, a value its type code forbids
+        (a 2 in a ``B`` column, 1.5 in a ``D`` column), or an unknown ``categories``.
     """
     if categories not in ("one-hot", "codes"):
-        raise ValueError(f"categories must be 'one-hot' or 'codes', got {categories!r}")
+        raise SchemaError(f"categories must be 'one-hot' or 'codes', got {categories!r}")
     names, coded, body = read_table(path)
     codes = coded or [""] * len(names)
     first_line = 3 if coded else 2
@@ -290,6 +317,11 @@ def load_csv(
             target = None
     if target is not None and target not in names:
         raise SchemaError(f"{path}: no label column {target!r}; columns are {names}")
+    declared = [n for n, c in zip(names, codes, strict=True) if c == "T" and n != target]
+    if declared:  # it would become a feature: the file's own label as an input
+        raise SchemaError(f"{path}: the label asked for is {target!r}, but the type row "
+                          f"codes {declared[0]!r} T (the label); code it as a feature "
+                          "(B, D, F or E) or drop it")
     ti = names.index(target) if target is not None else -1
     y = _labels([r[ti] for r in body], names[ti], first_line, path) if target is not None else None
     cols: list[np.ndarray] = []

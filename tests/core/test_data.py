@@ -46,6 +46,10 @@ def test_plain_header_infers_types(tmp_path: Path) -> None:
         ("a,b,Class\nF,F,T\n1,2,0\n3,4\n", "line 4: 2 fields, the header has 3"),
         ("a,b,Class\n", "expected a header row and at least one data row"),
         ("a,b,Class\nF,F,T\n", "no data rows"),
+        # read by name, the first 'Class' stood for the label: the F column's values
+        ("a,Class,Class\nF,F,T\n1,7.5,0\n2,8.5,1\n", "names 'Class' more than once"),
+        ("h,h,Class\nF,E,T\n1,x,0\n2,y,1\n", "names 'h' more than once"),
+        ("a,,Class\n1,2,0\n", "column 2 has no name"),
     ],
 )
 def test_malformed_tables_are_refused(tmp_path: Path, text: str, message: str) -> None:
@@ -140,3 +144,21 @@ def test_credit_loads_as_shipped(shared_dir: Path) -> None:
     # every row of a one-hot group holds exactly one category
     for cols in groups.values():
         assert np.all(ds.X[:, cols].sum(axis=1) == 1)
+
+
+def test_a_trailing_comma_on_every_line_is_no_column(tmp_path: Path) -> None:
+    """A spreadsheet's export: the empty last field hid the type row, and the error blamed
+    the data ("column 'a' has the non-numeric value 'F'")."""
+    ds = load_csv(write(tmp_path, "a,b,Class,\nF,D,T,\n1.5,2,0,\n3,4,1,\n"))
+    assert ds.schema.names == ["a", "b"] and ds.y.tolist() == [0, 1]
+    assert [f.type for f in ds.schema] == ["continuous", "integer"]
+
+
+def test_labels_and_options_load_csv_refuses(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match="line 3: the label 'Class' is infinite"):
+        load_csv(write(tmp_path, "a,Class\nF,T\n1,inf\n2,1\n"))
+    # the file's own label would have become a feature
+    with pytest.raises(SchemaError, match="codes 'label' T"):
+        load_csv(write(tmp_path, "a,b,label\nF,F,T\n1,0,yes\n2,1,no\n"), target="b")
+    with pytest.raises(SchemaError, match="categories must be"):
+        load_csv(write(tmp_path, "a,Class\nF,T\n1,0\n"), categories="onehot")
