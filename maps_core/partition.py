@@ -29,7 +29,6 @@ rectangle and time budgets, and can keep unresolved regions as *mixed* boxes.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import namedtuple
 from collections.abc import Callable
@@ -707,41 +706,35 @@ def extract(
         if rect_budget is None or cap < rect_budget:
             rect_budget = cap
             rect_what = f"memory ({max_memory:,} bytes: {cap:,} rectangles on {m} features)"
-    # Rectangles certified so far plus those the running items may still certify (each
-    # region an item processes emits at most one): an item reserves its share of the
-    # budget before it starts, so the budget holds exactly, threads or not (checked only
-    # between items, a budget of 3 gave 116 rectangles, of 300 gave 1,103).
-    reserved = [0]
-    lock = threading.Lock()
     over: list[str] = []
 
     def work(lo: np.ndarray, hi: np.ndarray, n_regions: int, seed: int) -> tuple[Any, ...] | None:
         if time.perf_counter() > deadline:
             over.append("time")
             return None
-        if rect_budget is not None:
-            with lock:
-                n_regions = min(n_regions, rect_budget - reserved[0])
-                if n_regions <= 0:
-                    over.append(rect_what)
-                    return None
-                reserved[0] += n_regions
-        res = kern.refine(lo, hi, n_regions, prove_budget, n_samples, seed)
-        if rect_budget is not None:
-            with lock:  # give back what the item did not certify
-                reserved[0] -= n_regions - int(res[3])
-        return res
+        return kern.refine(lo, hi, n_regions, prove_budget, n_samples, seed)
 
     last_report = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, n_jobs)) as pool:
         while wave and not over:
+            left: float = np.inf if rect_budget is None else rect_budget - n_rect
+            if left <= 0:
+                over.append(rect_what)
+                break
             futs = []
             for lo, hi in wave:
                 seed += 1
-                futs.append((lo, hi, pool.submit(work, lo, hi, budget, seed)))
+                # Each region an item processes certifies at most one rectangle: regions
+                # handed out in item order keep the budget exact and the maps independent
+                # of thread timing (checked only between items, a budget of 3 gave 116
+                # rectangles, of 300 gave 1,103). Items past the budget wait their turn.
+                regions = int(min(budget, left))
+                left -= regions
+                futs.append((lo, hi, pool.submit(work, lo, hi, regions, seed) if regions
+                             else None))
             nxt: list[tuple[np.ndarray, np.ndarray]] = []
             for lo, hi, fut in futs:
-                res = fut.result()
+                res = None if fut is None else fut.result()
                 if res is None:
                     nxt.append((lo, hi))
                     continue
