@@ -471,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
         'and the time limit, e.g. \'{"max_seconds": 0.05, "on_budget": "best"}\' (@FILE reads '
         "a file)",
     )
-    q.add_argument("--k", type=int, default=1, metavar="K", help="number of counterfactuals")
+    q.add_argument("--k", type=_positive_int, default=1, metavar="K",
+                   help="number of counterfactuals")
     q.add_argument("--pretty", action="store_true", help="indent the JSON")
     q.set_defaults(func=cmd_query)
 

@@ -268,11 +268,11 @@ class Grid:
             msg = (f"feature {names[j]!r} = {v} is beyond +-{FLOAT32_MAX:.8g}: the model reads "
                    "features as float32 and refuses it")
         elif kind == 5:
-            msg = f"feature {names[j]!r} = {v} must be an integer"
+            msg = f"feature {names[j]!r} = {_show(v)} must be an integer"
         else:
             what = "below" if kind == 3 else "above"
-            msg = (f"feature {names[j]!r} = {v} is {what} its legal range "
-                   f"[{self.dom_lower[j]}, {self.dom_upper[j]}]")
+            msg = (f"feature {names[j]!r} = {_show(v)} is {what} its legal range "
+                   f"[{_show(self.dom_lower[j])}, {_show(self.dom_upper[j])}]")
         raise InvalidQueryError(msg, names[j], row=int(i))
 
     def cells_of(self, A: np.ndarray) -> np.ndarray:
@@ -303,4 +303,12 @@ class Grid:
         return out
 
 
+def _show(v: float) -> str:
+    """A value as a message shows it: whole numbers without ``.0`` (an integer feature's
+    5 and bounds [10000, 1000000], not 5.0 and [10000.0, 1000000.0])."""
+    v = float(v)
+    return str(int(v)) if v.is_integer() and abs(v) < 2.0**53 else repr(v)
+
+
 __all__ = ["Grid", "cells_kernel"]
+

@@ -364,6 +364,10 @@ def test_usage_errors(model_file: Path, capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exc:
         main(["query", "x", "--instance", "[1]", "--norm", "l3"])
     assert exc.value.code == 2
+    for k in ("0", "-1"):  # was exit 1, from the query's own check
+        with pytest.raises(SystemExit) as exc:
+            main(["query", "x", "--instance", "[1]", "--k", k])
+        assert exc.value.code == 2 and "must be a positive integer" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main([])
     assert exc.value.code == 2

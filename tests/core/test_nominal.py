@@ -146,8 +146,10 @@ def test_schema_and_inputs_are_checked():
     maps = CounterfactualMaps.build(clf, _schema(), max_rectangles=3)
     x = X[0].copy()
     x[0] = 2.5  # not a code
-    with pytest.raises(InvalidQueryError, match="must be an integer"):
+    with pytest.raises(InvalidQueryError, match="= 2.5 must be an integer"):
         maps.counterfactual(x)
-    x[0] = 8.0  # past the last code
-    with pytest.raises(InvalidQueryError, match="above its legal range"):
+    x[0] = 8.0  # past the last code: whole numbers shown as such (was "8.0 ... [0.0, 5.0]")
+    lo, hi = maps.schema.features[0].lower, maps.schema.features[0].upper
+    with pytest.raises(InvalidQueryError,
+                       match=rf"= 8 is above its legal range \[{lo:g}, {hi:g}\]$"):
         maps.counterfactual(x)
