@@ -33,6 +33,7 @@ Any number of processes may share the data dir (:meth:`Registry.sync`, :class:`B
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -381,7 +382,7 @@ class Registry:
         # readiness waits for load_pending, even with nothing to load: the service warms
         # its query kernels up before it (app.main._load_pending)
         self._pending = pending
-        self._requeue = requeue
+        self._requeue = sorted(requeue, key=lambda e: (e.created_at, e.id))  # upload order
 
     def load_pending(self) -> None:
         """Load every model that was ready on disk, and read the model files of the builds
@@ -426,10 +427,12 @@ class Registry:
             entry.model = model
             entry.raw_classes = list(model.classes_)
             entry.maps = None
-            if entry.status != "building":
-                entry.status = "queued"
+            # queued until its build thread starts it (and persists "building" from 0): it
+            # showed the progress an interrupted build had reached while it waited
+            was = entry.status
+            entry.status, entry.progress = "queued", 0.0
             entry.error = None
-        log.warning("model %s: %s", entry.id, REQUEUED.format(status=entry.status))
+        log.warning("model %s: %s", entry.id, REQUEUED.format(status=was))
         self._changed()
         self.on_requeue(entry)
 
@@ -998,9 +1001,17 @@ class Registry:
             raise ModelNotFoundError(f"no model with id {model_id!r}", "model_id")
 
     def close(self) -> None:
-        """Signal every running build and pending load to stop (service shutdown)."""
+        """Signal every running build and pending load to stop (service shutdown).
+
+        The builds this process holds (running or queued here, under their build locks)
+        are written back ``queued`` with no progress: left ``building`` on disk, a restart
+        or an API replica reported a build that no process ran, with the progress it had
+        reached, until one took it over from 0."""
         with self._lock:
             for e in self._entries.values():
+                if e.building_here and e.status in ("queued", "building"):
+                    with contextlib.suppress(OSError):  # a full disk: left as it was
+                        self._persist(e, status="queued", progress=0.0, updated_at=now())
                 e.cancel.set()
 
     def _changed(self) -> None:

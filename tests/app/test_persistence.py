@@ -17,6 +17,9 @@ import skops.io as sio
 from sklearn.ensemble import RandomForestClassifier
 from svc_helpers import Fitted, Service, upload, wait_until
 
+from app.registry import Registry
+from app.settings import Settings
+
 
 def _status(svc: Service, model_id: str) -> dict[str, Any]:
     path = svc.settings.models_dir / model_id / "status.json"
@@ -292,3 +295,42 @@ def test_upload_writes_are_complete_or_absent(service: Service, rf: Fitted) -> N
     r = upload(service.client, b"PK\x03\x04 broken zip")
     assert r.status_code == 422
     assert list(service.settings.models_dir.iterdir()) == []
+
+
+def test_a_build_waiting_to_run_again_is_queued_from_zero(service_factory: Any,
+                                                         rf: Fitted) -> None:
+    """An interrupted build queued again showed "building" with the progress it had reached
+    (0.41) until its build really started, from 0; the restart queued builds by directory
+    name, not in upload order."""
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        ids = [svc.add(rf.skops) for _ in range(3)]
+    order = sorted(ids, reverse=True)  # uploaded in the reverse of the names' order
+    for i, model_id in enumerate(order):
+        _edit_status(data_dir, model_id, status="building", progress=0.41, stats=None,
+                     created_at=f"2026-01-0{i + 1}T00:00:00+00:00")
+    registry = Registry(Settings(data_dir=data_dir))
+    registry.open()
+    requeued: list[Any] = []
+    registry.on_requeue = requeued.append  # what the build manager would run
+    registry.load_pending()
+    assert [e.id for e in requeued] == order
+    for entry in requeued:
+        assert (entry.status, entry.progress) == ("queued", 0.0)
+
+
+def test_a_stopping_service_writes_its_builds_back_queued(service_factory: Any,
+                                                          rf: Fitted) -> None:
+    """A stop left "building" and its progress on disk: an API replica went on reporting a
+    build that no process ran."""
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        model_id = svc.add(rf.skops)
+    _edit_status(data_dir, model_id, status="building", progress=0.41, stats=None)
+    registry = Registry(Settings(data_dir=data_dir))
+    registry.open()
+    entry = registry.get(model_id)
+    entry.building_here = True  # as a build thread holding its lock
+    registry.close()
+    status = json.loads((data_dir / "models" / model_id / "status.json").read_text())
+    assert (status["status"], status["progress"]) == ("queued", 0.0)
