@@ -311,4 +311,3 @@ def _show(v: float) -> str:
 
 
 __all__ = ["Grid", "cells_kernel"]
-
