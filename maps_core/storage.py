@@ -338,7 +338,7 @@ def load_artifact(
             # one in and removes the old: a load in between found files gone. Read again
             # when the directory at ``path`` changed meanwhile.
             if attempt == _RETRIES - 1 or (_identity(path) == before
-                                                 and not _replacing(path)):
+                                           and not _replacing(path)):
                 raise
             time.sleep(0.005 * (attempt + 1))
     raise AssertionError("unreachable")
