@@ -931,6 +931,7 @@ class Registry:
         """Queue the build of a queued/building model that no process builds (nobody holds
         its build lock), when this process builds at all."""
         if self.on_requeue is None:
+            self._show_unbuilt(entry)
             return
         with self._lock:
             # Checked and claimed in one step: a build thread of this process finishing
@@ -945,6 +946,38 @@ class Registry:
             return  # another process builds it
         probe.release()
         self._queue_again(entry)
+
+    def _show_unbuilt(self, entry: ModelEntry) -> None:
+        """On a process that never builds (role ``api``): show a build that a dead process
+        left ``building`` on disk as ``queued`` from 0, as a builder will restart it.
+
+        A builder killed mid-build (SIGKILL, the OOM killer) cannot write its build back
+        ``queued`` as a stopping one does, and this replica reported ``building`` with the
+        progress it had reached until a builder took it over, forever when none runs. The
+        only way to tell is to try the build lock: a live builder holds it, and the OS
+        dropped a dead one's. Taking it for a moment can make a builder claiming the model
+        at that instant leave it to its next sync pass (half a second by default), never
+        lose it. Memory only: the files are the builder's to write.
+        """
+        if entry.status != "building":
+            return
+        probe = BuildLock.acquire(self.root / entry.id / BUILD_LOCK)
+        if probe is None:
+            return  # a builder runs it (or the data dir refuses the lock file: cannot tell)
+        try:
+            # A builder writes its final status before it releases the lock: a status file
+            # changed since this pass read it may say "ready", which the next pass loads.
+            if _stamp(self.root / entry.id / STATUS_FILE) != entry.seen_stamp:
+                return
+        finally:
+            probe.release()
+        with self._lock:
+            if self._entries.get(entry.id) is not entry or entry.status != "building":
+                return
+            entry.status, entry.progress = "queued", 0.0
+        log.warning("model %s: no process builds it (its builder died); queued until a "
+                    "builder takes it over", entry.id)
+        self._changed()
 
     # -- delete -----------------------------------------------------------------------
     def delete(self, model_id: str) -> None:

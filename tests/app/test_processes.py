@@ -21,7 +21,7 @@ import pytest
 from svc_helpers import Fitted, Service, upload, wait_until
 
 from app import modelio
-from app.registry import ModelEntry, Registry
+from app.registry import BuildLock, ModelEntry, Registry
 from app.schemas import parse_spec
 from app.settings import Settings
 
@@ -189,6 +189,9 @@ def test_a_model_another_process_built_is_never_ready_here_without_its_maps(
         status = data / "models" / model_id / "status.json"
         ready = status.read_text()
         building = json.loads(ready) | {"status": "building"}
+        # the builder holds the build lock while it builds (else the model is shown queued)
+        builder = BuildLock.acquire(data / "models" / model_id / ".build.lock")
+        assert builder is not None
         for text in (json.dumps(building), ready):  # new files, as every write here is
             tmp = status.with_suffix(".tmp")
             tmp.write_text(text)
@@ -196,6 +199,7 @@ def test_a_model_another_process_built_is_never_ready_here_without_its_maps(
             if text != ready:
                 other.catch_up(model_id)
                 assert other.get(model_id).status == "building"
+        builder.release()
     watch = _Watched(other)
     other._lock = watch  # type: ignore[assignment]
     other.catch_up(model_id)
@@ -343,12 +347,43 @@ def test_a_build_left_by_a_dead_process_is_taken_over(
         (model_dir / left).mkdir()
         (model_dir / left / "partition.lo.npy").write_bytes(b"\0" * 4096)
     with service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as api:
-        assert _status(api, model_id) == "building"  # an API replica builds nothing
+        # an API replica builds nothing; it shows the build waiting for a builder
+        assert _status(api, model_id) == "queued"
         assert (model_dir / ".maps.tmp-dead1234").exists()  # nor cleans a builder's files
         with service_factory(data_dir=data, role="builder", sync_interval_seconds=0.05):
             wait_until(lambda: _status(api, model_id) == "ready")
     # the builder that took the build over removed what the dead one left
     assert sorted(p.name for p in model_dir.iterdir() if p.name.startswith(".maps")) == []
+
+
+def test_an_api_replica_tells_a_dead_builders_build_from_a_running_one(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
+) -> None:
+    """A builder killed mid-build (no stop to write it back queued) left "building" and its
+    progress on disk, which an API replica reported as a running build until a builder took
+    it over: forever, with none running."""
+    data = tmp_path / "shared"
+    with service_factory(data_dir=data) as a:
+        model_id = a.add(rf.skops)
+    model_dir = data / "models" / model_id
+    path = model_dir / "status.json"
+    status = json.loads(path.read_text())
+    status.update(status="building", progress=0.4)
+    path.write_text(json.dumps(status))
+    builder = BuildLock.acquire(model_dir / ".build.lock")  # a live builder's lock
+    assert builder is not None
+    with service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as api:
+        time.sleep(0.3)  # several sync passes: the lock is held, the build is running
+        info = api.client.get(f"/v1/models/{model_id}").json()
+        assert (info["status"], info["progress"]) == ("building", 0.4)
+        builder.release()  # the builder dies: the OS drops its lock
+        wait_until(lambda: _status(api, model_id) == "queued", timeout=5)
+        info = api.client.get(f"/v1/models/{model_id}").json()
+        assert (info["status"], info["progress"], info["error"]) == ("queued", 0.0, None)
+        # memory only: the files are left for the builder that takes the build over
+        assert json.loads(path.read_text())["status"] == "building"
+        with service_factory(data_dir=data, role="builder", sync_interval_seconds=0.05):
+            wait_until(lambda: _status(api, model_id) == "ready")
 
 
 def test_outdated_maps_wait_on_an_api_replica_until_the_builder_rebuilds_them(
