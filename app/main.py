@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from importlib import metadata
 from typing import Any, cast
 
-from fastapi import FastAPI
+from fastapi import FastAPI, params
 from fastapi.routing import APIRoute, APIRouter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
@@ -86,17 +86,26 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        for route, guard in self.guards:
+        upload = False
+        for route, guard, files in self.guards:
             if route.matches(scope)[0] is Match.FULL:
                 # /metrics counts the answers given here (401, 403, 413, 415) by their
                 # route, as the router would have named it
                 scope["route"] = route
-                denied = await _early_auth(scope, guard)
+                denied = None if guard is None else await _early_auth(scope, guard)
                 if denied is not None:
                     await denied(scope, receive, send)
                     return
+                upload = files
                 break
-        upload = scope["path"].rstrip("/") == "/v1/models"
+        else:
+            # Starlette redirects a path that matches with its trailing slash toggled (307,
+            # body unread): an upload sent to /v1/models/ must get that, not the 413 of a
+            # query body's limit.
+            path = scope["path"]
+            twin = {**scope, "path": path[:-1] if path.endswith("/") else path + "/"}
+            upload = any(files and route.matches(twin)[0] is Match.FULL
+                         for route, _, files in self.guards)
         limit = self.settings.max_upload_bytes if upload else self.settings.max_body_bytes
         field = "model" if upload else "body"
         coding = _content_encoding(scope)
@@ -167,20 +176,22 @@ class HeadAsGetMiddleware:
 Guard = Callable[[Request], Awaitable[None]]
 
 
-def _guards(routers: Sequence[APIRouter]) -> list[tuple[APIRoute, Guard]]:
-    """The routes of ``routers`` that take a body, each with the dependency that checks its
-    credentials (:data:`app.security.CREDENTIAL_CHECKS`), as the route declares it. The
-    routers must be included as they are (as for :class:`LeanDispatch`): their routes'
-    own paths are matched."""
-    found = []
+def _guards(routers: Sequence[APIRouter]) -> list[tuple[APIRoute, Guard | None, bool]]:
+    """The routes of ``routers`` that take a body, as each declares it: the dependency that
+    checks its credentials (:data:`app.security.CREDENTIAL_CHECKS`; None for a route that
+    checks none), and whether it takes files (a model upload, whose body may reach
+    ``max_upload_bytes`` where others stop at ``max_body_bytes``). The routers must be
+    included as they are (as for :class:`LeanDispatch`): their routes' own paths are
+    matched."""
+    found: list[tuple[APIRoute, Guard | None, bool]] = []
     for route in (r for router in routers for r in router.routes):
         if not isinstance(route, APIRoute) or not route.methods or route.methods <= {
                 "GET", "HEAD", "OPTIONS"}:
             continue
-        for dep in route.dependant.dependencies:
-            if dep.call in CREDENTIAL_CHECKS:
-                found.append((route, cast(Guard, dep.call)))
-                break
+        guard = next((cast(Guard, dep.call) for dep in route.dependant.dependencies
+                      if dep.call in CREDENTIAL_CHECKS), None)
+        files = any(isinstance(p.field_info, params.File) for p in route.dependant.body_params)
+        found.append((route, guard, files))
     return found
 
 

@@ -351,6 +351,26 @@ def test_upload_too_large_is_413(service_factory: Any, rf: Fitted) -> None:
         assert list(svc.settings.models_dir.iterdir()) == []
 
 
+def test_each_route_gets_the_body_limit_it_declares(service_factory: Any, rf: Fitted) -> None:
+    """The upload route, which takes a file, may receive up to ``max_upload_bytes``; every
+    other body stops at ``max_body_bytes`` (the limit was chosen by the path)."""
+    blob = rf.skops
+    with service_factory(max_body_bytes=len(blob) // 2) as svc:
+        model_id = svc.add(blob)  # twice the body limit: an upload
+        # sent with a trailing slash, it is redirected (the router's 307), not refused
+        r = svc.client.post("/v1/models/", files={"model": ("m.skops", blob)},
+                            follow_redirects=False)
+        assert r.status_code == 307 and r.headers["location"].endswith("/v1/models"), r.text
+        instance = {"instance": rf.X[0].tolist(), "pad": " " * len(blob)}
+        for path in (f"/v1/models/{model_id}/counterfactuals", "/v1/models/unknown/predict"):
+            r = svc.client.post(path, json=instance)
+            assert r.status_code == 413, r.text
+            assert r.json()["field"] == "body", r.text
+        r = svc.client.post(f"/v1/models/{model_id}/counterfactuals",
+                            json={"instance": rf.X[0].tolist()})
+        assert r.status_code == 200, r.text
+
+
 def test_unknown_model_is_404(service: Service) -> None:
     c = service.client
     for r in (
