@@ -10,7 +10,8 @@ Validation happens once:
   groups, option names and bounds, class labels) and says which row and which field are
   at fault; this module only turns that into the request's path (``instances.3.AGE``).
 
-The only checks made here are the service's own limits (batch size, ``k``), and, before
+The only checks made here are the service's own limits (batch size, ``k``, answers per
+request: :func:`check_answers`), and, before
 ``POST /v1/models/{id}/predict`` hands rows to the uploaded model itself
 (:func:`check_model_reads`), the values its float32 view cannot hold.
 """
@@ -30,12 +31,12 @@ from maps_core import BudgetExceededError, CounterfactualMaps, InvalidQueryError
 from maps_core.slices import map_slice
 from maps_core.splits import FLOAT32_MAX, beyond_view
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, PayloadTooLargeError
 from .mapimage import class_colours, png_bytes, render
 from .schemas import MAP_DEFAULT_SIZE, CounterfactualRequest, FeatureCodec, MapRequest, results_json
 
-__all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "check_model_reads", "counterfactual_answer",
-           "map_picture", "model_predictions", "runs_inline"]
+__all__ = ["INLINE_MAX_RECTANGLES", "QueryLimits", "check_answers", "check_model_reads",
+           "counterfactual_answer", "map_picture", "model_predictions", "runs_inline"]
 
 #: Largest maps (certified rectangles, no mixed region) whose single-instance queries run
 #: on the event loop instead of a worker thread (:func:`runs_inline`).
@@ -46,6 +47,7 @@ _inline: weakref.WeakKeyDictionary[CounterfactualMaps, bool] = weakref.WeakKeyDi
 @dataclass(frozen=True)
 class QueryLimits:
     """The service's per-request limits (``CFMAPS_MAX_BATCH``, ``CFMAPS_MAX_K``,
+    ``CFMAPS_MAX_ANSWERS``,
     ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_QUERY_MAX_SECONDS``, ``CFMAPS_QUERY_MAX_MEMORY``,
     ``CFMAPS_QUERY_THREADS``, ``CFMAPS_MAP_MAX_SIDE``) and the norm of a query that names
     none (``CFMAPS_DEFAULT_NORM``)."""
@@ -55,6 +57,7 @@ class QueryLimits:
     default_norm: str = "l1"
     map_max_side: int = 1024
     max_boxes: int | None = None  # the engine's default
+    max_answers: int | None = None  # instances x k; none by default
     max_seconds: float | None = None  # per instance; none by default
     max_memory: int | None = None  # per instance; the engine's default
     threads: int | None = None  # per instance's search; the engine's default
@@ -95,6 +98,24 @@ def _row_path(field: str | None, row: int, single: bool) -> str:
     """``instance.<field>`` or ``instances.<row>.<field>`` (the row alone without a field)."""
     base = "instance" if single else f"instances.{row}"
     return f"{base}.{field}" if field and field != "instance" else base
+
+
+def check_answers(n: int, k: int, limits: QueryLimits) -> None:
+    """Refuse a query of ``n`` instances at ``k`` counterfactuals each over the limits:
+    ``k`` above ``max_k`` (422), ``n * k`` above ``max_answers`` (413, before the rate
+    limit charges them: the answer alone would be tens to hundreds of megabytes).
+
+    Raises
+    ------
+    InvalidInputError, PayloadTooLargeError
+    """
+    if k > limits.max_k:
+        raise InvalidInputError(f"k must be at most {limits.max_k}", "k")
+    if limits.max_answers is not None and n * k > limits.max_answers:
+        raise PayloadTooLargeError(
+            f"{n} instances at k = {k} ask for {n * k} counterfactuals, above the limit of "
+            f"{limits.max_answers} per request: send fewer instances per request, or a "
+            "smaller k", "k")
 
 
 def check_model_reads(maps: CounterfactualMaps, codec: FeatureCodec, X: np.ndarray,
@@ -166,8 +187,7 @@ def counterfactual_answer(
         What the engine refuses, with ``field`` as the request's path.
     """
     X, single = codec.matrix(body, limits.max_batch)
-    if body.k > limits.max_k:
-        raise InvalidInputError(f"k must be at most {limits.max_k}", "k")
+    check_answers(X.shape[0], body.k, limits)
     target = body.target if resolve_target is None else resolve_target(body.target)
     max_seconds = limits.max_seconds
     if body.max_seconds is not None:

@@ -153,13 +153,30 @@ def lookup(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
+#: Longest ``message`` and ``field`` an error document carries: they may quote what the
+#: client sent (an unknown feature name), and a 3 MB key came back twice, a 6 MB 422.
+MAX_MESSAGE_CHARS = 2000
+MAX_FIELD_CHARS = 200
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """``text`` cut to at most ``limit`` characters, marked with "..." where cut."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def error_body(
     code: str, message: str, field: str | None = None, details: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """The JSON error document."""
-    body: dict[str, Any] = {"error": code, "message": message, "field": field}
+    """The JSON error document (``message`` and ``field`` cut to :data:`MAX_MESSAGE_CHARS`
+    and :data:`MAX_FIELD_CHARS`)."""
+    body: dict[str, Any] = {
+        "error": code, "message": shorten(message, MAX_MESSAGE_CHARS),
+        "field": None if field is None else shorten(field, MAX_FIELD_CHARS)}
     if details:
-        body["details"] = details
+        body["details"] = [
+            {**d, **{k: shorten(d[k], n) for k, n in (("message", MAX_MESSAGE_CHARS),
+                                                     ("field", MAX_FIELD_CHARS))
+                     if isinstance(d.get(k), str)}} for d in details]
     return body
 
 

@@ -305,6 +305,8 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
       ``HTTPValidationError``, a shape this service never sends).
     * 429 and 503 carry ``Retry-After`` (not the 503 of a data dir refusing writes), and
       so does the 409 of a model still queued, building or loading.
+    * Every operation but a GET answers 415 to a request sent with a ``Content-Encoding``
+      (:class:`BodyLimitMiddleware`).
     * ``/metrics`` answers Prometheus' text format.
     """
     comps = doc.setdefault("components", {})
@@ -335,6 +337,10 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
                     responses[code].setdefault("headers", {}).update(retry)
             if "409" in responses:  # a model not ready (Registry.get_ready)
                 responses["409"].setdefault("headers", {}).update(not_ready_retry)
+            if method not in ("get", "head", "options"):
+                responses.setdefault("415", {
+                    "description": "Sent with a Content-Encoding: send the body uncompressed",
+                    "content": {"application/json": {"schema": error_ref}}})
     metrics = doc.get("paths", {}).get("/metrics", {}).get("get")
     if metrics is not None:
         metrics["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}

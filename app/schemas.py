@@ -390,6 +390,28 @@ class ModelList(BaseModel):
     models: list[ModelInfo]
 
 
+class ReadinessOut(BaseModel):
+    """``/readyz``: ``ready`` (200) once the persisted models are loaded, ``loading`` (503)
+    before; ``models`` counts them by status."""
+
+    status: Literal["loading", "ready"]
+    models: dict[str, int]
+
+
+class ServerReadyOut(BaseModel):
+    """``/v2/health/ready`` (Open Inference Protocol): 200 when ready, 503 before."""
+
+    ready: bool
+
+
+class ModelReadyOut(BaseModel):
+    """``/v2/models/{id}/ready`` (Open Inference Protocol): ``name`` is the model's id."""
+
+    name: str
+    ready: bool
+    status: Literal["queued", "building", "loading", "ready", "failed"]
+
+
 # -- conversions --------------------------------------------------------------------------
 def json_float(v: float) -> float | None:
     """A float for JSON: None for non-finite values (JSON has no infinities)."""

@@ -86,6 +86,11 @@ class Settings(BaseSettings):
         ``max_unpacked_factor`` times this, against zip bombs.
     max_k : int
         Most counterfactuals per instance a query may ask for.
+    max_answers : int
+        Most counterfactuals one request may ask for, instances times ``k`` (413 above):
+        an answer takes about 1-5 KB of JSON (its region names every feature), so the
+        largest batch at the largest ``k`` (1,000 x 100) made a 430 MB response and
+        about 2 GB of memory in the process serving it.
     ui : bool
         Serve the explorer page at ``/ui`` (it uses the public API with its user's token).
     query_max_boxes : int
@@ -188,6 +193,7 @@ class Settings(BaseSettings):
     max_upload_bytes: int = Field(default=256 * MiB, gt=0)
     max_unpacked_factor: int = Field(default=20, gt=0)
     max_k: int = Field(default=100, gt=0, le=MAX_K)  # the engine takes no more
+    max_answers: int = Field(default=10_000, gt=0)
     query_max_boxes: int = Field(default=500_000, gt=0)
     query_max_seconds: float | None = Field(default=30.0, gt=0)
     query_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from ..dataplane import (
     QueryLimits,
+    check_answers,
     check_map_size,
     check_model_reads,
     counterfactual_answer,
@@ -17,7 +18,7 @@ from ..dataplane import (
     model_predictions,
     runs_inline,
 )
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, shorten
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
     CounterfactualBatchOut,
@@ -88,6 +89,7 @@ async def counterfactuals(
     assert entry.maps is not None
     n = entry.codec.check_count(body, settings.max_batch)  # a 413 costs no answers
     limits = _limits(settings)
+    check_answers(n, body.k, limits)
     query = functools.partial(counterfactual_answer, entry.maps, entry.codec, body, limits,
                               resolve_target=entry.resolve_target, display=entry.display)
     with charged(request, n * min(int(body.k), settings.max_k)):
@@ -137,10 +139,11 @@ async def predict(
 
 
 def _limits(settings: Any) -> QueryLimits:
-    return QueryLimits(settings.max_batch, settings.max_k, settings.default_norm,
-                       settings.map_max_side, settings.query_max_boxes,
-                       settings.query_max_seconds, settings.effective_query_memory(),
-                       settings.query_threads)
+    return QueryLimits(
+        max_batch=settings.max_batch, max_k=settings.max_k, default_norm=settings.default_norm,
+        map_max_side=settings.map_max_side, max_boxes=settings.query_max_boxes,
+        max_answers=settings.max_answers, max_seconds=settings.query_max_seconds,
+        max_memory=settings.effective_query_memory(), threads=settings.query_threads)
 
 
 _PNG: dict[int | str, dict[str, Any]] = {
@@ -194,6 +197,11 @@ def _numbers(text: str, field: str) -> list[float]:
         raise InvalidInputError(f"{field} must be comma-separated numbers", field) from None
 
 
+#: The query parameters of ``GET /{model_id}/map.png``, as :func:`map_png` declares them.
+_MAP_PARAMS = ("features", "instance", "width", "height", "target", "norm", "a_range", "b_range",
+               "overlay")
+
+
 @router.get("/{model_id}/map.png", response_class=Response, responses=_PNG,
             summary="Picture of a two-feature slice of the map (query parameters)")
 async def map_png(
@@ -218,6 +226,11 @@ async def map_png(
 ) -> Response:
     """As the POST, with the instance as comma-separated values in column order."""
     await model_entry(registry, model_id, ready=True)  # a 404 or 409 before a 422
+    for name in request.query_params:
+        if name not in _MAP_PARAMS:  # a typo (``widht``) drew the default silently
+            raise InvalidInputError(
+                f"unknown query parameter {shorten(name)!r}; the parameters are "
+                f"{', '.join(_MAP_PARAMS)}", name)
     fields: dict[str, Any] = {
         "features": features[0].split(",") if len(features) == 1 else features,
         "instance": _numbers(instance, "instance"),

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from ..metrics import CONTENT_TYPE
 from ..responses import SafeJSONResponse as JSONResponse
-from ..schemas import ErrorResponse
+from ..schemas import ErrorResponse, ModelReadyOut, ReadinessOut, ServerReadyOut
 from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, model_entry
 
 ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
@@ -23,12 +23,13 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-_LOADING: dict[int | str, dict[str, Any]] = {
-    503: {"description": "Still loading the persisted models (`Retry-After: 1`)"}}
+def _loading(body: type[Any]) -> dict[int | str, dict[str, Any]]:
+    return {503: {"model": body,
+                  "description": "Still loading the persisted models (`Retry-After: 1`)"}}
 
 
 @router.get("/readyz", summary="Readiness: every persisted ready model has been loaded",
-            responses=_LOADING)
+            response_model=ReadinessOut, responses=_loading(ReadinessOut))
 async def readyz(registry: RegistryDep) -> JSONResponse:
     """200 once the start-up load of the persisted models has finished, 503 before.
 
@@ -57,7 +58,7 @@ async def v2_live() -> dict[str, bool]:
 
 
 @router.get("/v2/health/ready", summary="Open Inference Protocol: server ready",
-            responses=_LOADING)
+            response_model=ServerReadyOut, responses=_loading(ServerReadyOut))
 async def v2_ready(registry: RegistryDep) -> JSONResponse:
     """200 ``{"ready": true}`` once the persisted models are loaded (as ``/readyz``), 503
     ``{"ready": false}`` before."""
@@ -69,9 +70,11 @@ async def v2_ready(registry: RegistryDep) -> JSONResponse:
 @router.get(
     "/v2/models/{model_id}/ready",
     summary="Open Inference Protocol: model ready",
+    response_model=ModelReadyOut,
     responses={404: {"model": ErrorResponse, "description": "Unknown model"},
-               503: {"description": "Known, not ready (queued, building, loading or failed; "
-                                     "`Retry-After: 1` unless failed)"}},
+               503: {"model": ModelReadyOut,
+                     "description": "Known, not ready (queued, building, loading or failed; "
+                                    "`Retry-After: 1` unless failed)"}},
 )
 async def v2_model_ready(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
     """200 ``{"name": id, "ready": true}`` when the model answers queries; 503 with

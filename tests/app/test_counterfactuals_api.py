@@ -175,6 +175,25 @@ def test_k_alternatives(rf_service: tuple[Service, str], rf: Fitted) -> None:
         assert set(a["changes"]) == {n for j, n in enumerate(NAMES) if cf[j] != x[j]}
 
 
+def test_answers_per_request_are_limited(service_factory: Any, rf: Fitted) -> None:
+    """Instances times k is capped (CFMAPS_MAX_ANSWERS): 1,000 instances at k = 100 made a
+    430 MB answer and about 2 GB of memory in the serving process."""
+    with service_factory(max_answers=12) as svc:
+        model_id = svc.add(rf.skops)
+        url = f"/v1/models/{model_id}/counterfactuals"
+        rows = rf.X[:4].tolist()
+        r = svc.client.post(url, json={"instances": rows, "k": 3})
+        assert r.status_code == 200 and len(r.json()["results"]) == 4, r.text
+        r = svc.client.post(url, json={"instances": rows + rows[:1], "k": 3})
+        assert r.status_code == 413, r.text
+        assert r.json()["error"] == "payload_too_large" and r.json()["field"] == "k"
+        assert "15 counterfactuals, above the limit of 12" in r.json()["message"]
+        r = svc.client.post(url, json={"instance": rows[0], "k": 13})
+        assert r.status_code == 413 and r.json()["field"] == "k", r.text
+        r = svc.client.post(url, json={"instance": rows[0], "k": 101})  # over CFMAPS_MAX_K
+        assert r.status_code == 422 and r.json()["field"] == "k", r.text
+
+
 def test_display_names_integer_features_and_domain(service: Service, gb3: Fitted) -> None:
     model_id = service.add(gb3.skops, GB3_SPEC)
     url = f"/v1/models/{model_id}/counterfactuals"

@@ -96,6 +96,8 @@ def test_overlay_marks_instance_and_counterfactual(rf_service, rf):
         ({"a_range": "-1.7e308,1.7e308"}, "a_range"),  # hi - lo overflows
         ({"a_range": "0,2.225073858507203e-309"}, None),  # a subnormal span (was a 500)
         ({"a_range": "100,100.000001"}, None),  # the instance far outside (was a 500)
+        ({"widht": 100}, "widht"),  # a typo drew the default size, with a 200
+        ({"pad": "x" * 5000}, "pad"),
     ],
 )
 def test_bad_parameters_get_422_naming_them(rf_service, rf, params, field):

@@ -20,8 +20,11 @@ from app.schemas import (
     ErrorResponse,
     ModelInfo,
     ModelList,
+    ModelReadyOut,
     PredictBatchOut,
     PredictionOut,
+    ReadinessOut,
+    ServerReadyOut,
 )
 
 
@@ -77,3 +80,44 @@ def test_errors_follow_their_model(
     doc = r.json()
     assert doc["field"]  # every input error names its field
     _follows(ErrorResponse, doc)
+
+
+def test_errors_quote_what_the_client_sent_in_short(rf_service: tuple[Service, str]) -> None:
+    """An unknown feature named by a 3 MB key came back twice, in ``message`` and
+    ``field``: a 6 MB 422."""
+    svc, model_id = rf_service
+    key = "k" * 1_000_000
+    for body in ({"instance": {key: 1.0}}, {key: 1}):
+        r = svc.client.post(f"/v1/models/{model_id}/counterfactuals", json=body)
+        assert r.status_code == 422, r.text[:300]
+        assert len(r.content) < 10_000, len(r.content)
+        doc = r.json()
+        assert doc["field"].endswith("...") and doc["message"].endswith("...")
+        _follows(ErrorResponse, doc)
+
+
+def test_the_probes_answer_as_documented(service_factory: Any, rf: Fitted) -> None:
+    """The 503 bodies of the readiness probes were not in the OpenAPI document."""
+    with service_factory() as svc:
+        model_id = svc.add(rf.skops)
+        doc = svc.client.get("/openapi.json").json()["paths"]
+        for path, model in (("/readyz", ReadinessOut), ("/v2/health/ready", ServerReadyOut),
+                            (f"/v2/models/{model_id}/ready", ModelReadyOut)):
+            r = svc.client.get(path)
+            assert r.status_code == 200, r.text
+            _follows(model, r.json())
+            documented = doc[path.replace(model_id, "{model_id}")]["get"]["responses"]
+            for code in ("200", "503"):
+                schema = documented[code]["content"]["application/json"]["schema"]
+                assert schema == {"$ref": f"#/components/schemas/{model.__name__}"}
+        svc.app.state.registry.loaded.clear()  # as while loading at start
+        r = svc.client.get("/readyz")
+        assert r.status_code == 503
+        _follows(ReadinessOut, r.json())
+        r = svc.client.get("/v2/health/ready")
+        assert r.status_code == 503 and r.json() == {"ready": False}
+        svc.app.state.registry.loaded.set()
+        # every operation but a GET documents the 415 of a Content-Encoding
+        for path, item in doc.items():
+            for method, op in item.items():
+                assert ("415" in op["responses"]) == (method != "get"), (method, path)
