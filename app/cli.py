@@ -79,6 +79,8 @@ def load_model_file(path: str | os.PathLike[str], *, trust_pickle: bool = False)
     from app.modelio import load_model_file as safe_load
 
     p = Path(path)
+    if p.is_dir():
+        raise CLIError(f"{p} is a directory, not a model file")
     if not p.is_file():
         raise CLIError(f"model file not found: {p}")
     try:
@@ -92,6 +94,18 @@ def load_model_file(path: str | os.PathLike[str], *, trust_pickle: bool = False)
 # --------------------------------------------------------------------------------------------
 # Schemas: --spec and --data
 # --------------------------------------------------------------------------------------------
+def _json(text: str, what: str) -> Any:
+    """``text`` parsed as JSON, or a :class:`CLIError` naming ``what``: broken JSON, and
+    what the parser refuses beyond it (an integer of more than 4,300 digits, arrays nested
+    thousands deep) printed a traceback."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise CLIError(f"{what} is nested too deeply to read") from None
+    except ValueError as exc:
+        raise CLIError(f"{what} is not valid JSON: {exc}") from exc
+
+
 def load_spec(path: str | os.PathLike[str]) -> FeatureSchema:
     """Feature schema from a spec JSON file.
 
@@ -101,11 +115,12 @@ def load_spec(path: str | os.PathLike[str]) -> FeatureSchema:
     """
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise CLIError(f"spec file not found: {p}") from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise CLIError(f"spec {p} is not valid JSON: {exc}") from exc
+    doc = _json(text, f"spec {p}")
     feats = doc.get("features") if isinstance(doc, dict) else doc
     if not isinstance(feats, list):
         raise CLIError(f"spec {p}: expected an object with a 'features' list")
@@ -190,11 +205,7 @@ def parse_instance(text: str) -> Any:
 
     ``text`` may also be ``@path`` (read the JSON from a file) or ``-`` (from stdin).
     """
-    text = _read_arg(text, "--instance")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CLIError(f"--instance is not valid JSON: {exc}") from exc
+    doc = _json(_read_arg(text, "--instance"), "--instance")
     if not isinstance(doc, dict | list):
         raise CLIError("--instance must be a JSON list or an object keyed by feature name")
     return doc
@@ -298,10 +309,7 @@ def _parse_options(text: str | None) -> dict[str, Any]:
     """``--options`` JSON: the constraint fields of the HTTP body, same shapes."""
     if not text:
         return {}
-    try:
-        opts = json.loads(_read_arg(text))
-    except json.JSONDecodeError as exc:
-        raise CLIError(f"--options is not valid JSON: {exc}") from exc
+    opts = _json(_read_arg(text), "--options")
     if not isinstance(opts, dict):
         raise CLIError(f"--options must be a JSON object with keys among {', '.join(QUERY_OPTIONS)}")
     unknown = sorted(set(opts) - set(QUERY_OPTIONS))

@@ -259,6 +259,9 @@ def built(tmp_path: Path, model_file: Path, capsys: pytest.CaptureFixture[str]) 
         ('"hello"', "JSON list or an object"),
         ("[1, 2, 0, NaN]", "instance.debt: feature 'debt' must be a finite number"),
         ("[50, 30, 0.5, 3]", "instance.late: feature 'late' = 0.5 must be an integer"),
+        # what the parser refuses beyond broken JSON printed a traceback
+        ("[" + "9" * 5000 + ", 30, 0, 3]", "not valid JSON: Exceeds the limit"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ],
 )
 def test_query_bad_instance(
@@ -298,9 +301,15 @@ def test_build_errors(
     assert code == 1 and "cannot load model" in err
 
     bad = tmp_path / "bad.json"
-    bad.write_text("{nope")
-    code, _, err = _run(capsys, "build", str(model_file), "--spec", str(bad), "--out", out)
-    assert code == 1 and "not valid JSON" in err
+    for text, message in (("{nope", "not valid JSON"),
+                          ('{"features": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                           "nested too deeply")):
+        bad.write_text(text)
+        code, _, err = _run(capsys, "build", str(model_file), "--spec", str(bad), "--out", out)
+        assert code == 1 and err.startswith("cfmaps: error:") and message in err, err
+
+    code, _, err = _run(capsys, "build", str(tmp_path), "--out", out)
+    assert code == 1 and "is a directory, not a model file" in err
 
     short = tmp_path / "short.json"
     short.write_text(json.dumps({"features": _spec()["features"][:3]}))
@@ -491,6 +500,9 @@ def test_query_options_and_l0(built: Path, capsys: pytest.CaptureFixture[str]) -
         assert fixed[0] in res["reason"]
     code, out, err = _run(capsys, "query", str(built), "--instance", inst, "--options", '{"k": 3}')
     assert code == 1 and "unknown key(s) ['k']" in err
+    deep = '{"immutable": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    code, out, err = _run(capsys, "query", str(built), "--instance", inst, "--options", deep)
+    assert code == 1 and err.startswith("cfmaps: error: --options is nested too deeply"), err
 
 
 def test_query_time_limit_options(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
