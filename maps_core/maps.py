@@ -125,8 +125,9 @@ class CounterfactualMaps:
         max_seconds : float, optional
             Time budget of the extraction.
         max_memory : int, optional
-            Bytes the build may grow by; it stops certifying rectangles before its
-            measured cost per rectangle on this many features would pass the budget (see
+            Bytes the build may grow by; it stops refining before its boxes, certified
+            rectangles and mixed regions alike, would pass the budget at their measured
+            cost on this many features (see
             :mod:`maps_core._memory`), so a build is never killed for memory: it keeps
             mixed regions or raises, as ``on_budget`` says. Default: half the memory this
             process may count on (:func:`~maps_core.available_memory`: the machine's, or its
