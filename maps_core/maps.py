@@ -481,10 +481,18 @@ class CounterfactualMaps:
             peak_boxes=out.peak_boxes,
             seconds=out.seconds,
         )
+        if cfs:
+            target = cfs[0].target
+        elif t_idx is None and len(out.unreachable) == 1:
+            # no target asked for and a single other class (two-class models): it is the
+            # one the answer is about, as its reason says
+            target = classes[out.unreachable[0]]
+        else:
+            target = None if t_idx is None else classes[t_idx]
         res = CounterfactualResult(
             query=x,
             prediction=classes[out.prediction],
-            target=cfs[0].target if cfs else (None if t_idx is None else classes[t_idx]),
+            target=target,
             feasible=bool(cfs),
             counterfactuals=cfs,
             stats=stats,

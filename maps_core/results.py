@@ -121,8 +121,9 @@ class CounterfactualResult:
     prediction : object
         The model's class label for ``query``.
     target : object or None
-        Target class label of the best counterfactual (``None`` when infeasible and no
-        target was requested).
+        Target class label of the best counterfactual; when infeasible, the class asked
+        for, or with none asked for, the one other class that no input reaches (``None``
+        when several are unreachable).
     feasible : bool
         False when no input satisfies the constraints and reaches the target.
     reason : str or None

@@ -124,6 +124,12 @@ def test_everything_immutable_is_infeasible(suite: Suite) -> None:
         assert res.feasible is False and res.best is None
         assert isinstance(res.reason, str) and res.reason.strip()
         assert res.prediction == suite.model.predict(x[None])[0]
+        others = [c for c in suite.model.classes_ if c != res.prediction]
+        assert sorted(res.unreachable) == others
+        # no target asked for: the answer is about the other class when there is one only
+        # (it was None, while the reason named the class)
+        assert res.target == (others[0] if len(others) == 1 else None), res.target
+        assert str(others[0]) in res.reason
 
 
 def test_bounds_excluding_every_target_point_are_infeasible(suite: Suite) -> None:
