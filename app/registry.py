@@ -43,6 +43,7 @@ import os
 import re
 import shutil
 import threading
+import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from maps_core import (
     MapsError,
     check_schema,
     flatten_model,
+    match_label,
     py_scalar,
 )
 from maps_core.adapters import check_flattened
@@ -1179,16 +1181,22 @@ def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:
             f"{len(labels)} classes {labels}",
             "spec.classes",
         )
-    if len(set(spec.classes)) != len(spec.classes):
-        raise InvalidInputError("spec.classes contains duplicate names", "spec.classes")
+    # Names that differ only by their Unicode form or by spaces around them look the same
+    # in every client's list of classes and probabilities.
+    looks = [unicodedata.normalize("NFC", name).strip() for name in spec.classes]
+    if len(set(looks)) != len(looks):
+        raise InvalidInputError("spec.classes contains duplicate names (after Unicode "
+                                "normalisation and trimming spaces)", "spec.classes")
     # Queries may name a class by display name or by label, display names first: a name
-    # that is another class's label would make that label mean the other class.
-    texts = [str(v) for v in labels]
+    # that reads as another class's label (as the engine reads labels: "1", or "1.0" for
+    # label 1) would make that label mean the other class.
     for i, name in enumerate(spec.classes):
-        if name in texts and texts.index(name) != i:
+        j = match_label(labels, name)
+        if j is not None and j != i:
             raise InvalidInputError(
-                f"spec.classes.{i} is {name!r}, the label of another class (classes "
-                f"{labels}): a target {name!r} would be ambiguous", f"spec.classes.{i}")
+                f"spec.classes.{i} is {name!r}, which reads as the label {labels[j]!r} of "
+                f"another class (classes {labels}): a target {name!r} would be ambiguous",
+                f"spec.classes.{i}")
     return list(spec.classes)
 
 

@@ -34,7 +34,14 @@ from .exceptions import (
     SchemaError,
     UnsupportedModelError,
 )
-from .maps import DEFAULT_MAX_RECTANGLES, CounterfactualMaps, build_maps, check_schema, load_maps
+from .maps import (
+    DEFAULT_MAX_RECTANGLES,
+    CounterfactualMaps,
+    build_maps,
+    check_schema,
+    load_maps,
+    match_label,
+)
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region, py_scalar
 from .schema import Feature, FeatureSchema
 from .storage import check_save_path
@@ -72,6 +79,7 @@ __all__ = [
     "flatten_model",
     "load_csv",
     "load_maps",
+    "match_label",
     "py_scalar",
     "read_table",
 ]

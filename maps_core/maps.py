@@ -309,19 +309,11 @@ class CounterfactualMaps:
         if not isinstance(t, str | int | float | bool):  # an array, a list, None...: no label
             raise InvalidQueryError(
                 f"target must be a class label (a string or a number), got {target!r}", "target")
-        for i, c in enumerate(self.classes):
-            c = c.item() if isinstance(c, np.generic) else c
-            if not isinstance(t, str) and isinstance(c, bool) != isinstance(t, bool):
-                continue
-            if (isinstance(t, str) and str(c) == t) or (not isinstance(c, str) and c == t):
-                return i
-        if isinstance(t, str) and _DECIMAL.fullmatch(t):
-            number = float(t)
-            for i, c in enumerate(self.classes):
-                c = c.item() if isinstance(c, np.generic) else c
-                if isinstance(c, int | float) and not isinstance(c, bool) and c == number:
-                    return i
-        raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}", "target")
+        i = match_label(self.classes, t)
+        if i is None:
+            raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}",
+                                    "target")
+        return i
 
     def counterfactual(self, x: Any, target: Any = None, **options: Any) -> CounterfactualResult:
         """Exact nearest counterfactual of one input, shape (n_features,).
@@ -502,6 +494,29 @@ class CounterfactualMaps:
             lower_bound=out.lower_bound,
         )
         return res if res.feasible else replace(res, reason=res.explain())
+
+
+def match_label(classes: Sequence[Any], target: str | int | float | bool) -> int | None:
+    """Index in ``classes`` of the class that ``target`` names, as
+    :meth:`CounterfactualMaps.target_index` reads it, or None when none does.
+
+    A service that lets clients name classes by display names too checks with it that no
+    display name reads as another class's label.
+    """
+    t = target.item() if isinstance(target, np.generic) else target
+    for i, c in enumerate(classes):
+        c = c.item() if isinstance(c, np.generic) else c
+        if not isinstance(t, str) and isinstance(c, bool) != isinstance(t, bool):
+            continue
+        if (isinstance(t, str) and str(c) == t) or (not isinstance(c, str) and c == t):
+            return i
+    if isinstance(t, str) and _DECIMAL.fullmatch(t):
+        number = float(t)
+        for i, c in enumerate(classes):
+            c = c.item() if isinstance(c, np.generic) else c
+            if isinstance(c, int | float) and not isinstance(c, bool) and c == number:
+                return i
+    return None
 
 
 def _model_labeler(model: Any, ens: FlatEnsemble) -> Callable[[np.ndarray], np.ndarray]:

@@ -121,6 +121,11 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
         ('{"classes": [1, 2]}', "spec.classes.0"),
         # another class's label as a display name: target "1" would mean label 0
         ('{"classes": ["1", "0"]}', "spec.classes.0"),
+        # ... as the engine reads labels: "1.0" is label 1 (it meant class 0 as a name)
+        ('{"classes": ["1.0", "0.0"]}', "spec.classes.0"),
+        # names that look the same in every list of classes
+        ('{"classes": ["caf\u00e9", "cafe\u0301"]}', "spec.classes"),
+        ('{"classes": ["a", "a "]}', "spec.classes"),
         # weight x the feature's largest value past float64's range for distances
         ('{"features": [{"name": "a", "upper": 100, "weight": 1e300}, {"name": "b"}, '
          '{"name": "c"}, {"name": "d"}, {"name": "e"}]}', "spec.features.0"),
