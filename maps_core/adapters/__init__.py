@@ -74,9 +74,13 @@ def adapter_for(model: Any) -> Adapter:
         if adapter.accepts(model):
             return adapter
     supported = [k for a in ADAPTERS for k in a.supported]
+    kind = type(model)
+    # Named with its module: a subclass of a supported class that keeps its name (and may
+    # predict otherwise) read "unsupported model type 'RandomForestClassifier'"
+    name = kind.__qualname__ if kind.__module__ == "builtins" else (
+        f"{kind.__module__}.{kind.__qualname__}")
     raise UnsupportedModelError(
-        f"unsupported model type {type(model).__name__!r}; supported: {', '.join(supported)}"
-    )
+        f"unsupported model type {name!r}; supported: {', '.join(supported)}")
 
 
 def prepare_model(model: Any) -> Any:

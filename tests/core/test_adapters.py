@@ -32,7 +32,11 @@ def test_gradient_boosting_binary_tie_goes_to_class_one():
         (GradientBoostingRegressor(n_estimators=2).fit(*synthetic()), "unsupported model type"),
         (make_pipeline(StandardScaler(), RandomForestClassifier(2)).fit(*synthetic()), "Pipeline"),
         (RandomForestClassifier(2), "not fitted"),
-        ("a string", "unsupported model type"),
+        ("a string", "unsupported model type 'str'"),
+        # a subclass that keeps its parent's name (it may predict otherwise): named with
+        # its module, not as the supported class it is not
+        (type("RandomForestClassifier", (RandomForestClassifier,), {"__module__": "mine"})(),
+         r"unsupported model type 'mine\.RandomForestClassifier'"),
     ],
 )
 def test_unsupported_models_are_named(obj, words):
