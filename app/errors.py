@@ -16,7 +16,7 @@ it is logged with its traceback and answered with a JSON 500 that leaks nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -75,6 +75,27 @@ class UnsupportedModelFileError(InvalidInputError):
     model the adapters refuse): :class:`maps_core.UnsupportedModelError` with its field."""
 
 
+class MalformedBodyError(ApiError):
+    """The body is not what its ``Content-Type`` says: a multipart upload cut short."""
+
+
+#: Where :class:`app.main.BodyLimitMiddleware` notes, in the ASGI scope, that a multipart
+#: body ended without its closing boundary.
+MULTIPART_CUT = "cfmaps.multipart_cut"
+
+
+def check_multipart_whole(scope: Mapping[str, Any]) -> None:
+    """Raise :class:`MalformedBodyError` when the request's multipart body ended before its
+    closing boundary (noted by the body limit). Starlette's parser takes the parts it got
+    whole and drops the rest: a body cut in the model file answered 422 "model: Field
+    required", and one cut in the spec, after the model, would have been built without it.
+    """
+    if scope.get(MULTIPART_CUT):
+        raise MalformedBodyError(
+            "the multipart body ends before its closing boundary: the upload was cut short "
+            "(send it again)", "model")
+
+
 class NotFoundError(ApiError):
     """No such resource."""
 
@@ -123,6 +144,7 @@ ERROR_TABLE: dict[type[Exception], tuple[int, str]] = {
     NotFoundError: (404, "not_found"),
     ModelNotReadyError: (409, "model_not_ready"),
     PayloadTooLargeError: (413, "payload_too_large"),
+    MalformedBodyError: (400, "bad_request"),
     UnauthorizedError: (401, "unauthorized"),
     ForbiddenError: (403, "forbidden"),
     RateLimitedError: (429, "rate_limited"),
@@ -301,6 +323,10 @@ def install(app: FastAPI) -> None:
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        try:
+            check_multipart_whole(request.scope)  # a part missing because the body was cut
+        except MalformedBodyError as cut:
+            return response_for(cut)
         details = validation_details(exc.errors())
         field = details[0]["field"] if details else None
         message = str(details[0]["message"]) if details else "invalid request"

@@ -125,14 +125,23 @@ class BodyLimitMiddleware:
             ))
             return
         seen = 0
+        close = _multipart_close(scope) if upload else None
+        tail = b""
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, tail
             message = await receive()
             if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
+                chunk = message.get("body", b"")
+                seen += len(chunk)
                 if seen > limit:
                     raise BodyTooLarge(limit, field)
+                if close is not None:
+                    # the last bytes, to tell a body cut short (errors.check_multipart_whole)
+                    tail = (tail + chunk)[-len(close) - 64:]
+                    if not message.get("more_body", False):
+                        # (no body at all is no part: the route's validation names it)
+                        scope[errors.MULTIPART_CUT] = seen > 0 and close not in tail
             return message
 
         await self.app(scope, limited, send)
@@ -230,6 +239,22 @@ def _content_encoding(scope: Scope) -> str:
         if name == b"content-encoding":
             return value.decode("latin-1").strip().lower()
     return ""
+
+
+def _multipart_close(scope: Scope) -> bytes | None:
+    """The delimiter that closes the request's multipart body (``--<boundary>--``), or None
+    for a body of another type."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            kind, _, params = value.partition(b";")
+            if kind.strip().lower() != b"multipart/form-data":
+                return None
+            for param in params.split(b";"):
+                key, _, boundary = param.strip().partition(b"=")
+                if key.strip().lower() == b"boundary" and boundary.strip(b'" '):
+                    return b"--" + boundary.strip(b'" ') + b"--"
+            return None
+    return None
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as StarletteUploadFile
 
-from ..errors import InvalidInputError, PayloadTooLargeError
+from ..errors import InvalidInputError, PayloadTooLargeError, check_multipart_whole
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import ErrorResponse, ModelInfo, ModelList, parse_spec
 from ..security import require_admin, require_query
@@ -69,7 +69,8 @@ _SPEC_DOC = (
         **_ERRORS,
         **_STORAGE,
         202: {"links": _LINKS},
-        400: {"model": ErrorResponse, "description": "Malformed multipart body"},
+        400: {"model": ErrorResponse,
+              "description": "Malformed multipart body (one cut short included)"},
         413: {"model": ErrorResponse,
               "description": "Upload too large, or its spec over 64 MiB"},
         422: {"model": ErrorResponse,
@@ -101,6 +102,7 @@ async def create_model(
 
     Poll ``GET /v1/models/{id}`` until ``status`` is ``ready`` (or ``failed``).
     """
+    check_multipart_whole(request.scope)  # cut after the model: the spec would be lost
     if not isinstance(model, StarletteUploadFile):  # a text field named "model"
         raise InvalidInputError("'model' must be a file part", "model")
     _check_parts(await request.form())  # parsed once: FastAPI's parse is cached
