@@ -24,7 +24,7 @@ from .options import QueryOptions, categories, make_options
 from .partition import Partition, extract
 from .query import SearchBudget, SearchOutput, locate, locate_rect, search_batch
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
-from .schema import FeatureSchema, first_misnamed, made_up_names
+from .schema import FeatureSchema, first_misnamed, made_up_names, unknown_feature
 from .storage import Artifact, load_artifact, save_artifact
 
 ProgressCallback = Callable[[float], None]
@@ -271,9 +271,11 @@ class CounterfactualMaps:
             return None
         missing = [n for n in names if n not in cols]
         unknown = [c for c in cols if c not in names]
+        hint = "".join(f"; {unknown_feature(c, names)}" for c in unknown[:5]
+                       if unknown_feature(c, names) != f"unknown feature {c!r}")
         raise InvalidQueryError(
             f"the input's columns are not the model's features (missing {missing[:5]}, "
-            f"unknown {unknown[:5]}); name them as the model does, in any order",
+            f"unknown {unknown[:5]}); name them as the model does, in any order{hint}",
             "instance")
 
     def predict_index(self, X: Any) -> np.ndarray:

@@ -22,6 +22,7 @@ from ._norms import NORM_NAMES, NORMS
 from .distance import NOMINAL
 from .engine import SearchEngine
 from .exceptions import InvalidQueryError
+from .schema import unknown_feature
 from .splits import FLOAT32_MAX, FLOAT32_OVERFLOW
 
 
@@ -116,7 +117,7 @@ def _by_feature(names: Sequence[str], value: Any, what: str) -> dict[int, Any]:
     out = {}
     for name, v in value.items():
         if name not in names:
-            raise InvalidQueryError(f"{what}: unknown feature {name!r}", f"{what}.{name}")
+            raise InvalidQueryError(f"{what}: {unknown_feature(name, names)}", f"{what}.{name}")
         out[names.index(name)] = v
     return out
 
@@ -176,7 +177,8 @@ def make_options(
         imm = base.immutable.copy()
         for name in immutable:
             if name not in names:
-                raise InvalidQueryError(f"immutable: unknown feature {name!r}", f"immutable.{name}")
+                raise InvalidQueryError(f"immutable: {unknown_feature(name, names)}",
+                                        f"immutable.{name}")
             imm[names.index(name)] = True
         changes["immutable"] = imm
     if direction is not None:

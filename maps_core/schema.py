@@ -16,6 +16,7 @@ The schema plays two roles.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -416,6 +417,18 @@ def made_up_names(names: Sequence[str] | None) -> bool:
     """Whether a model's feature names say nothing about its columns: absent, or made up
     by its library when it was fitted without any (LightGBM's ``Column_0``...)."""
     return names is None or all(str(n) == f"Column_{i}" for i, n in enumerate(names))
+
+
+def unknown_feature(name: Any, names: Sequence[str]) -> str:
+    """"unknown feature 'a b'", with a hint when the model names it otherwise: LightGBM
+    writes whitespace in feature names as ``_`` (a DataFrame column ``'a b'`` is the
+    model's ``'a_b'``), so the names a client trained with are not the model's."""
+    text = f"unknown feature {name!r}"
+    if isinstance(name, str):
+        alias = re.sub(r"\s", "_", name)
+        if alias != name and alias in names:
+            text += f" (the model names it {alias!r}: LightGBM writes whitespace in names as '_')"
+    return text
 
 
 def first_misnamed(names: Sequence[str], model_names: Sequence[str] | None) -> int | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from maps_core import CounterfactualMaps, UnsupportedModelError
+from maps_core import CounterfactualMaps, InvalidQueryError, UnsupportedModelError
 from maps_core.adapters.lightgbm_text import parse_lightgbm
 from tests.brute_force import brute_force
 from tests.conftest import region_end_points
@@ -288,3 +288,22 @@ def test_multiclassova_scores_where_probabilities_merge_are_refused():
                               num_leaves=8, verbose=-1, random_state=0).fit(X, y)
     maps = CounterfactualMaps.build(mild)
     assert np.array_equal(maps.predict(P), mild.predict(P))
+
+
+def test_names_lightgbm_rewrote_are_pointed_out():
+    """LightGBM writes whitespace in feature names as '_': the names a client trained with
+    ('credit limit') are not the model's ('credit_limit'), and the error said only
+    "unknown feature"."""
+    X, y = _data(2)
+    clf = lgb.LGBMClassifier(n_estimators=5, num_leaves=4, verbose=-1).fit(
+        X, y, feature_name=["credit limit", "b", "c", "d"])
+    maps = CounterfactualMaps.build(clf)
+    assert maps.feature_names[0] == "credit_limit"
+    with pytest.raises(InvalidQueryError, match="the model names it 'credit_limit'"):
+        maps.counterfactual(X[0], immutable=["credit limit"])
+    with pytest.raises(InvalidQueryError, match="the model names it 'credit_limit'"):
+        maps.counterfactual(X[0], weights={"credit limit": 2.0})
+    with pytest.raises(InvalidQueryError, match=r"unknown feature 'zz'$"):
+        maps.counterfactual(X[0], immutable=["zz"])
+    res = maps.counterfactual(X[0], immutable=["credit_limit"])
+    assert res.best is None or res.best.x[0] == X[0, 0]
