@@ -73,7 +73,9 @@ class BodyLimitMiddleware:
     A declared ``Content-Length`` above the limit is refused before reading anything; a body
     without one (chunked) is counted as it streams. Before any of it, a request with a body
     is checked for its credentials (:func:`_early_auth`), and one sent with a
-    ``Content-Encoding`` is refused (415).
+    ``Content-Encoding`` is refused (415). The limit is the route's: uploads, the routes
+    that take files, may send ``max_upload_bytes``. A multipart upload whose last bytes hold
+    no closing boundary is noted as cut short (:func:`app.errors.check_multipart_whole`).
     """
 
     def __init__(self, app: ASGIApp, settings: Settings,
@@ -138,7 +140,8 @@ class BodyLimitMiddleware:
                     raise BodyTooLarge(limit, field)
                 if close is not None:
                     # the last bytes, to tell a body cut short (errors.check_multipart_whole)
-                    tail = (tail + chunk)[-len(close) - 64:]
+                    keep = len(close) + 64
+                    tail = (tail + chunk[-keep:])[-keep:]
                     if not message.get("more_body", False):
                         # (no body at all is no part: the route's validation names it)
                         scope[errors.MULTIPART_CUT] = seen > 0 and close not in tail
@@ -246,10 +249,10 @@ def _multipart_close(scope: Scope) -> bytes | None:
     for a body of another type."""
     for name, value in scope.get("headers", ()):
         if name == b"content-type":
-            kind, _, params = value.partition(b";")
+            kind, _, options = value.partition(b";")
             if kind.strip().lower() != b"multipart/form-data":
                 return None
-            for param in params.split(b";"):
+            for param in options.split(b";"):
                 key, _, boundary = param.strip().partition(b"=")
                 if key.strip().lower() == b"boundary" and boundary.strip(b'" '):
                     return b"--" + boundary.strip(b'" ') + b"--"
