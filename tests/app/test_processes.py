@@ -330,19 +330,27 @@ def test_a_build_queued_behind_another_is_left_to_its_process(
             assert qb.status_code == 200, qb.text
 
 
-def test_a_build_left_by_a_dead_process_is_taken_over(
-    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
-) -> None:
-    data = tmp_path / "shared"
+def _built_then_marked_building(service_factory: Callable[..., Any], rf: Fitted,
+                                 data: Path) -> tuple[str, Path]:
+    """A model built in ``data``, then its status set back to ``building`` at 0.4, as a
+    builder that died mid-build left it. Returns its id and its directory."""
     with service_factory(data_dir=data) as a:
         model_id = a.add(rf.skops)
-    # as if a builder died mid-build, in its save: 'building' on disk, nobody holds the
-    # lock, the save's temporary directory (and one of the maps it replaced) left behind
     model_dir = data / "models" / model_id
     path = model_dir / "status.json"
     status = json.loads(path.read_text())
     status.update(status="building", progress=0.4)
     path.write_text(json.dumps(status))
+    return model_id, model_dir
+
+
+def test_a_build_left_by_a_dead_process_is_taken_over(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
+) -> None:
+    data = tmp_path / "shared"
+    # as if a builder died mid-build, in its save: 'building' on disk, nobody holds the
+    # lock, the save's temporary directory (and one of the maps it replaced) left behind
+    model_id, model_dir = _built_then_marked_building(service_factory, rf, data)
     for left in (".maps.tmp-dead1234", ".maps.old-0123abcd"):
         (model_dir / left).mkdir()
         (model_dir / left / "partition.lo.npy").write_bytes(b"\0" * 4096)
@@ -363,13 +371,8 @@ def test_an_api_replica_tells_a_dead_builders_build_from_a_running_one(
     progress on disk, which an API replica reported as a running build until a builder took
     it over: forever, with none running."""
     data = tmp_path / "shared"
-    with service_factory(data_dir=data) as a:
-        model_id = a.add(rf.skops)
-    model_dir = data / "models" / model_id
+    model_id, model_dir = _built_then_marked_building(service_factory, rf, data)
     path = model_dir / "status.json"
-    status = json.loads(path.read_text())
-    status.update(status="building", progress=0.4)
-    path.write_text(json.dumps(status))
     builder = BuildLock.acquire(model_dir / ".build.lock")  # a live builder's lock
     assert builder is not None
     with service_factory(data_dir=data, role="api", sync_interval_seconds=0.05) as api:
