@@ -74,8 +74,9 @@ class BodyLimitMiddleware:
     without one (chunked) is counted as it streams. Before any of it, a request with a body
     is checked for its credentials (:func:`_early_auth`), and one sent with a
     ``Content-Encoding`` is refused (415). The limit is the route's: uploads, the routes
-    that take files, may send ``max_upload_bytes``. A multipart upload whose last bytes hold
-    no closing boundary is noted as cut short (:func:`app.errors.check_multipart_whole`).
+    that take files, may send ``max_upload_bytes``. A multipart upload that ends without
+    its closing delimiter is noted as cut short (:class:`_CloseFinder`,
+    :func:`app.errors.check_multipart_whole`).
     """
 
     def __init__(self, app: ASGIApp, settings: Settings,
@@ -128,23 +129,21 @@ class BodyLimitMiddleware:
             return
         seen = 0
         close = _multipart_close(scope) if upload else None
-        tail = b""
+        finder = None if close is None else _CloseFinder(close)
 
         async def limited() -> Message:
-            nonlocal seen, tail
+            nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
                 chunk = message.get("body", b"")
                 seen += len(chunk)
                 if seen > limit:
                     raise BodyTooLarge(limit, field)
-                if close is not None:
-                    # the last bytes, to tell a body cut short (errors.check_multipart_whole)
-                    keep = len(close) + 64
-                    tail = (tail + chunk[-keep:])[-keep:]
+                if finder is not None:
+                    finder.feed(chunk)
                     if not message.get("more_body", False):
                         # (no body at all is no part: the route's validation names it)
-                        scope[errors.MULTIPART_CUT] = seen > 0 and close not in tail
+                        scope[errors.MULTIPART_CUT] = seen > 0 and not finder.found
             return message
 
         await self.app(scope, limited, send)
@@ -242,6 +241,27 @@ def _content_encoding(scope: Scope) -> str:
         if name == b"content-encoding":
             return value.decode("latin-1").strip().lower()
     return ""
+
+
+class _CloseFinder:
+    """Whether a body, fed chunk by chunk, holds the closing delimiter of its multipart
+    parts on a line of its own (``CRLF --<boundary>--``). No part may hold that line (RFC
+    2046) and a body may go on after it (an epilogue), so it is looked for as the body
+    streams, not at its end; the start of the body counts as a line's start (a body with
+    no part at all)."""
+
+    def __init__(self, close: bytes) -> None:
+        self.needle = b"\r\n" + close
+        self.tail = b"\r\n"  # the last bytes fed, as many as could start the needle
+        self.found = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.found or not chunk:
+            return
+        k = len(self.needle) - 1
+        # whole in the chunk, or begun in the tail and ended in the chunk's first k bytes
+        self.found = self.needle in chunk or self.needle in self.tail + chunk[:k]
+        self.tail = (self.tail + chunk)[-k:] if len(chunk) < k else chunk[-k:]
 
 
 def _multipart_close(scope: Scope) -> bytes | None:

@@ -58,7 +58,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         403: "Wrong token",
         404: "Unknown model",
         409: "Model not ready",
-        413: "Body or batch too large",
+        413: "Body or batch too large, or instances times `k` above `CFMAPS_MAX_ANSWERS`",
         422: "Invalid input (the `field` names it)",
         429: "Rate limit reached (`CFMAPS_RATE_LIMIT_PER_MINUTE`; see `Retry-After`)",
     }.items()
@@ -227,7 +227,9 @@ async def map_png(
     """As the POST, with the instance as comma-separated values in column order."""
     await model_entry(registry, model_id, ready=True)  # a 404 or 409 before a 422
     for name in request.query_params:
-        if name not in _MAP_PARAMS:  # a typo (``widht``) drew the default silently
+        # a typo (``widht``) drew the default silently; a name starting with "_" is a
+        # client's cache-buster (jQuery's ``_=1700000000``), not meant for the service
+        if name not in _MAP_PARAMS and not name.startswith("_"):
             raise InvalidInputError(
                 f"unknown query parameter {shorten(name)!r}; the parameters are "
                 f"{', '.join(_MAP_PARAMS)}", name)

@@ -6,6 +6,7 @@ import gzip
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from svc_helpers import Fitted, Service, start_service
 
@@ -283,6 +284,25 @@ def test_a_multipart_body_cut_short_is_a_400(service: Any, rf: Fitted) -> None:
                             headers=headers)
     assert r.status_code == 202 and r.json()["name"] == "m", r.text
     assert service.client.get(f"/v1/models/{r.json()['id']}").json()["classes"] == ["no", "yes"]
+    # text after the closing delimiter (an epilogue, RFC 2046) is no cut: only the body's
+    # last 64 bytes were looked at, and an 88-byte epilogue was refused
+    r = service.client.post("/v1/models", content=model + b"--XyZ--\r\n" + b"epilogue " * 20,
+                            headers=headers)
+    assert r.status_code == 202, r.text
+
+
+def test_the_closing_delimiter_is_found_however_the_body_is_chunked() -> None:
+    from app.main import _CloseFinder
+
+    rng = np.random.default_rng(0)
+    alphabet = np.frombuffer(b"ab\r\n-XyZ", dtype=np.uint8)
+    for _ in range(3000):
+        body = rng.choice(alphabet, size=int(rng.integers(0, 60))).tobytes()
+        finder = _CloseFinder(b"--XyZ--")
+        cuts = np.sort(rng.integers(0, len(body) + 1, size=int(rng.integers(0, 8))))
+        for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True):
+            finder.feed(body[a:b])
+        assert finder.found == (b"\r\n--XyZ--" in b"\r\n" + body), body
 
 
 def test_hostile_uploads(service_factory: Any, rf: Fitted) -> None:

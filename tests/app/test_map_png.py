@@ -98,6 +98,7 @@ def test_overlay_marks_instance_and_counterfactual(rf_service, rf):
         ({"a_range": "100,100.000001"}, None),  # the instance far outside (was a 500)
         ({"widht": 100}, "widht"),  # a typo drew the default size, with a 200
         ({"pad": "x" * 5000}, "pad"),
+        ({"_": "1700000000"}, None),  # a client's cache-buster
     ],
 )
 def test_bad_parameters_get_422_naming_them(rf_service, rf, params, field):
