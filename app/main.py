@@ -42,7 +42,7 @@ from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
 from .routes.lean import LeanDispatch
 from .schemas import NORM_DEFAULT_WORDS
-from .security import CREDENTIAL_CHECKS
+from .security import CREDENTIAL_CHECKS, require_admin
 from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
@@ -301,9 +301,12 @@ def _sync_loop(registry: Registry, settings: Settings, stop: threading.Event) ->
             log.exception("data dir sync failed")
 
 
-def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
+def _state_limits_in_openapi(app: FastAPI, settings: Settings,
+                             admin: set[tuple[str, str]]) -> None:
     """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH, CFMAPS_MAP_MAX_SIDE)
-    into the request schemas, so that the document says which requests are valid here."""
+    into the request schemas, so that the document says which requests are valid here, and
+    the conventions of :func:`_document_conventions` (``admin``: its operations that check
+    the admin token)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -335,20 +338,34 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings) -> None:
                         param["schema"] = {"type": "integer", "minimum": 1,
                                            "maximum": settings.map_max_side,
                                            "default": fitted[param["name"]]}
-            _document_conventions(doc, settings)
+            _document_conventions(doc, settings, admin)
             app.openapi_schema = doc
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
+def _admin_operations(routers: Sequence[APIRouter]) -> set[tuple[str, str]]:
+    """The ``(method, path)`` of each operation of ``routers`` that checks the admin token
+    (its route depends on :func:`~app.security.require_admin`), as the OpenAPI document
+    names them (lower-case method, path template). The routers must be included as they
+    are, as for :func:`_guards`."""
+    return {(method.lower(), route.path_format)
+            for route in (r for router in routers for r in router.routes)
+            if isinstance(route, APIRoute)
+            if any(dep.call is require_admin for dep in route.dependant.dependencies)
+            for method in route.methods or ()}
+
+
+def _document_conventions(doc: dict[str, Any], settings: Settings,
+                          admin: set[tuple[str, str]]) -> None:
     """What the route declarations cannot say, written into the OpenAPI document ``doc``.
 
     * The bearer token: a scheme, and on each operation that answers 401, required where
       this service requires it (management with ``CFMAPS_ADMIN_TOKEN`` set, queries with
       ``CFMAPS_API_TOKENS`` set), else optional (the empty alternative ``{}``: management
-      from loopback clients, open query routes).
+      from loopback clients, open query routes). ``admin``: the operations that check the
+      admin token (:func:`_admin_operations`).
     * Every 422 is an :class:`~app.schemas.ErrorResponse` (FastAPI documents its own
       ``HTTPValidationError``, a shape this service never sends).
     * 429 and 503 carry ``Retry-After`` (not the 503 of a data dir refusing writes), and
@@ -373,9 +390,8 @@ def _document_conventions(doc: dict[str, Any], settings: Settings) -> None:
         for method, op in item.items():
             responses = op.get("responses", {})
             if "401" in responses:
-                admin = (method, path) in (("post", "/v1/models"),
-                                           ("delete", "/v1/models/{model_id}"))
-                required = bool(settings.admin_token) if admin else bool(settings.api_tokens)
+                required = (bool(settings.admin_token) if (method, path) in admin
+                            else bool(settings.api_tokens))
                 op["security"] = [{"bearer": []}] if required else [{}, {"bearer": []}]
             if "422" in responses:
                 content = responses["422"].setdefault("content", {})
@@ -512,7 +528,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # names for generated clients and for the upload's OpenAPI links.
         generate_unique_id_function=lambda route: route.name,
     )
-    _state_limits_in_openapi(app, settings)
     app.state.settings = settings
     app.state.registry = registry
     app.state.builds = builds
@@ -529,6 +544,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.role != "builder" and settings.ui:
         app.include_router(ui.router)
     app.include_router(health.router)
+    _state_limits_in_openapi(app, settings, _admin_operations(body_routers))
     if settings.role != "builder":
         # Innermost of ours: the query routes' happy path without FastAPI's generic request
         # handling (app/routes/lean.py); body limit, metrics and request id as for any route.

@@ -6,6 +6,7 @@ import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from ..dataplane import (
@@ -197,11 +198,6 @@ def _numbers(text: str, field: str) -> list[float]:
         raise InvalidInputError(f"{field} must be comma-separated numbers", field) from None
 
 
-#: The query parameters of ``GET /{model_id}/map.png``, as :func:`map_png` declares them.
-_MAP_PARAMS = ("features", "instance", "width", "height", "target", "norm", "a_range", "b_range",
-               "overlay")
-
-
 @router.get("/{model_id}/map.png", response_class=Response, responses=_PNG,
             summary="Picture of a two-feature slice of the map (query parameters)")
 async def map_png(
@@ -251,3 +247,15 @@ async def map_png(
         where = ".".join(str(p) for p in err["loc"][:1])
         raise InvalidInputError(f"{where}: {err['msg']}", where) from None
     return await _picture(model_id, body, registry, settings, request)
+
+
+def _query_parameters(endpoint: Any) -> tuple[str, ...]:
+    """The query parameters that ``endpoint``'s route declares, by the names clients send."""
+    route = next(r for r in router.routes
+                 if isinstance(r, APIRoute) and r.endpoint is endpoint)
+    return tuple(p.alias for p in route.dependant.query_params)
+
+
+#: The query parameters of ``GET /{model_id}/map.png``, read from its declaration (a
+#: parameter added to :func:`map_png` is known to its check of unknown names at once).
+_MAP_PARAMS = _query_parameters(map_png)
