@@ -45,7 +45,7 @@ from maps_core.adapters.lightgbm_text import parse_lightgbm
 from maps_core.adapters.xgboost_json import is_json, parse_xgboost
 from maps_core.exceptions import UnsupportedModelError
 
-from .errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError
+from .errors import InvalidInputError, PayloadTooLargeError, UnsafeModelFileError, shorten
 
 #: Name of a model file format (a :class:`Reader`'s ``format``).
 ModelFormat = str
@@ -109,9 +109,22 @@ def _read_pickle(path: Path, trust_pickle: bool, max_unpacked_bytes: int | None)
     try:
         return joblib.load(path)
     except Exception as exc:  # any failure of an unpickler on foreign bytes is bad input
-        raise InvalidInputError(
-            f"could not load the pickle/joblib file: {type(exc).__name__}: {exc}", "model"
-        ) from exc
+        raise InvalidInputError(_unpickling_failed(exc), "model") from exc
+
+
+def _unpickling_failed(exc: Exception) -> str:
+    """What to tell the client of a pickle the service could not load: the error's first
+    line (XGBoost's own errors go on with a native stack trace: library paths and memory
+    addresses), and, when a model library refused it, how to send the model instead."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    first = re.sub(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ", "", first)  # XGBoost's "[time] file:line: "
+    text = f"could not load the pickle/joblib file: {type(exc).__name__}: {shorten(first, 300)}"
+    library = type(exc).__module__.split(".")[0]
+    if library in ("xgboost", "lightgbm"):
+        text += (f"; a pickle made by another version of {library} may not load in this "
+                 "one: save the model in the library's own format instead (XGBoost: "
+                 "save_model('model.json'); LightGBM: booster_.save_model('model.txt'))")
+    return text
 
 
 def _is_xgboost(head: bytes) -> bool:
@@ -192,6 +205,11 @@ def sniff(path: Path) -> ModelFormat:
     if not head:
         raise InvalidInputError("the model file is empty", "model")
     fmt = detect_format(head)
+    if fmt is None and head.startswith(b"binf"):
+        raise InvalidInputError(
+            "the model file is in XGBoost's old binary format (save_model to a name not "
+            "ending in .json or .ubj), which cfmaps does not read: load it in XGBoost and "
+            "save it again with save_model('model.json')", "model")
     if fmt is None:
         raise InvalidInputError(
             "the model file is neither a skops file, an XGBoost JSON/UBJSON or LightGBM text "

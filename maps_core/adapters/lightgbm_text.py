@@ -69,6 +69,7 @@ from ._trees import (
     TreeStack,
     check_category_values,
     check_size,
+    class_labels,
     code_set_cuts,
     library_of,
     parse_dump,
@@ -554,13 +555,23 @@ def from_lightgbm(model: Any) -> LightGBMModel:
     """
     kind = type(model).__name__
     booster, wrapper = model, hasattr(model, "fit")  # the wrappers are scikit-learn estimators
+    labels = None
     if wrapper:
         try:
             booster = model.booster_
         except Exception:  # lightgbm raises its own LGBMNotFittedError
-            raise UnsupportedModelError(f"the {kind} is not fitted") from None
-    return parse_dump(model, booster, wrapper, "model_to_string", (), parse_lightgbm, "LightGBM",
-                      "a fitted LGBMClassifier or a lightgbm.Booster")
+            # A wrapper pickled by LightGBM < 4 lacks the attributes later versions check
+            # for "fitted" (its booster_ and classes_ both raise), yet holds its booster
+            # and labels: read those, or it is truly not fitted.
+            booster = getattr(model, "_Booster", None)
+            labels = getattr(model, "_classes", None)
+            if booster is None or labels is None:
+                raise UnsupportedModelError(f"the {kind} is not fitted") from None
+    parsed = parse_dump(model, booster, wrapper, "model_to_string", (), parse_lightgbm,
+                        "LightGBM", "a fitted LGBMClassifier or a lightgbm.Booster")
+    if labels is not None:
+        parsed.labels = class_labels(labels, parsed.n_classes, kind)
+    return parsed
 
 
 class LightGBMAdapter:

@@ -16,9 +16,13 @@ What the file says, and how it maps to a :class:`~maps_core.ensemble.FlatEnsembl
   then uses only boosting rounds ``0..best_iteration``, so only their trees are read. A
   round is the trees between two entries of ``gradient_booster.model.iteration_indptr``
   (files of XGBoost < 2 have none: a round is then ``n_groups * num_parallel_tree``
-  trees); ``best_iteration = -1`` means every round, as in XGBoost. An ``xgboost.Booster``
-  object is read with every round, as its own ``predict`` uses them
+  trees, ``num_parallel_tree`` as :func:`_trees_per_round` finds it in files of XGBoost
+  < 1.6, which do not store it); ``best_iteration = -1`` means every round, as in XGBoost.
+  An ``xgboost.Booster`` object is read with every round, as its own ``predict`` uses them
   (:func:`from_xgboost`);
+* ``learner.attributes.scikit_learn`` (files XGBoost 1.x's scikit-learn wrapper saved: its
+  parameters and fitted attributes as JSON text): its ``classes_`` are the labels, and a
+  number as its ``missing`` is refused, as on the wrapper itself;
 * every tree's ``split_conditions`` hold the float32 thresholds of its internal nodes and
   the leaf values of its leaves (``left_children == -1``); a split sends ``x`` left iff
   ``float32(x) < threshold`` (split rule ``float32<``); ``default_left`` routes missing
@@ -38,7 +42,11 @@ the set's, left. So code ``c`` is ``float32(x)`` in ``[c, c + 1)``, and each suc
 becomes a balanced chain of ``float32(x) < c`` splits, one interval per run of codes, with
 a copy of the child subtree below each run (as LightGBM's: see
 :func:`~maps_core.adapters._trees.unfold_tree`); codes must lie below ``2**24``, where
-float32 holds every integer. A model fitted on pandas ``category`` columns stores their
+float32 holds every integer. Files of XGBoost 1.6 (``"version": [1, 6, ...]``) follow its
+rule: an invalid code (negative, or at or past the node's bit set, whose 32-bit words
+reach its largest code) goes the node's default way (``default_left``; :func:`_cuts_16`).
+XGBoost 1.6-2.0 wrote NaN as a categorical split's condition, which no one reads. A
+model fitted on pandas ``category`` columns stores their
 categories (``model.cats``); numeric ones other than ``0..n-1`` are refused
 (:func:`~maps_core.adapters._trees.check_category_values`).
 
@@ -71,6 +79,7 @@ from ._trees import (
     TreeStack,
     check_category_values,
     check_size,
+    class_labels,
     code_set_cuts,
     library_of,
     parse_dump,
@@ -94,6 +103,9 @@ class _Tree:
     group: int  # the class the tree adds to
     # categorical splits: node -> the codes it sends right, increasing
     categories: dict[int, np.ndarray] = field(default_factory=dict)
+    # XGBoost 1.6's rule for an invalid code at a categorical split (negative, or past the
+    # node's bit set): the node's default way (default_left, (n,) bool), not left
+    default_left: np.ndarray | None = None
 
 
 @dataclass
@@ -190,7 +202,11 @@ def _tree_values(t: _Tree, X32: np.ndarray) -> np.ndarray:
                 u = v[at]
                 ok = (u >= 0) & (u < _MAX_CODE)  # False for NaN: XGBoost's invalid codes
                 code = np.where(ok, u, 0).astype(np.int64)
-                go_left[at] = ~(ok & np.isin(code, codes))
+                out = ~(ok & np.isin(code, codes))
+                if t.default_left is not None:  # XGBoost 1.6: invalid codes go the default way
+                    valid = (u >= 0) & (u < _bit_set_end(codes))
+                    out = np.where(valid, out, bool(t.default_left[c]))
+                go_left[at] = out
         node[active] = np.where(go_left, t.left[nd], t.right[nd])
     return t.value[node]
 
@@ -385,14 +401,23 @@ def _model(doc: Any, every_round: bool = False) -> XGBoostModel:
         model = booster["model"]
         tree_docs = model["trees"]
         tree_info = _integers(model["tree_info"]).tolist()
-        per_round = int(model.get("gbtree_model_param", {}).get("num_parallel_tree", 1))
+        per_round_doc = model.get("gbtree_model_param", {}).get("num_parallel_tree")
         indptr_doc = model.get("iteration_indptr")
         indptr = None if indptr_doc is None else _integers(indptr_doc).tolist()
         best_doc = attributes.get("best_iteration")
         best = None if best_doc is None else int(str(best_doc))  # as XGBoost's Python reads it
         leaf_sizes = [int(t.get("tree_param", {}).get("size_leaf_vector", 1)) for t in tree_docs]
+        version = tuple(int(v) for v in doc.get("version", ()))
     except (KeyError, TypeError, ValueError, AttributeError):
         raise UnsupportedModelError("XGBoost model file: malformed model parameters") from None
+    wrapper = _wrapper_params(attributes)
+    missing = wrapper.get("missing")
+    if missing is not None and not _is_nan(missing):
+        raise UnsupportedModelError(
+            f"XGBoost model file: the XGBClassifier that saved it treats {missing!r} as "
+            "missing (its missing parameter), which cfmaps cannot represent: train with the "
+            "default missing=nan")
+    per_round = _trees_per_round(per_round_doc, wrapper, attributes, best)
     if num_target != 1:
         raise UnsupportedModelError("XGBoost multi-target models are not supported")
     if any(s > 1 for s in leaf_sizes):
@@ -409,6 +434,7 @@ def _model(doc: Any, every_round: bool = False) -> XGBoostModel:
     check_size("XGBoost model file", n_features=n_features, n_classes=n_classes)
     n_used = _trees_used(len(tree_docs), indptr, n_groups * per_round,
                          None if every_round else best)
+    labels = _wrapper_labels(wrapper, n_classes)
     tree_docs, tree_info = tree_docs[:n_used], tree_info[:n_used]
     base = _base_score(param.get("base_score", "0.5"))
     if base.size == 1:
@@ -429,7 +455,9 @@ def _model(doc: Any, every_round: bool = False) -> XGBoostModel:
     if names is not None and len(names) != n_features:
         raise UnsupportedModelError(
             f"XGBoost model file: {len(names)} feature names for {n_features} features")
-    trees = [_tree(t, g, n_features, n_groups, i)
+    # XGBoost 1.6 sent an invalid code at a categorical split the node's default way
+    rule_16 = version[:2] == (1, 6)
+    trees = [_tree(t, g, n_features, n_groups, i, rule_16)
              for i, (t, g) in enumerate(zip(tree_docs, tree_info, strict=True))]
     if not trees:
         raise UnsupportedModelError("XGBoost model file: no trees")
@@ -437,7 +465,83 @@ def _model(doc: Any, every_round: bool = False) -> XGBoostModel:
     check_size("XGBoost model file", n_classes=n_classes, n_nodes=sum(t.left.size for t in trees))
     return XGBoostModel(n_classes=n_classes, n_features_in_=n_features,
                         feature_names=[str(n) for n in names] if names else None,
-                        objective=objective, base_margin=base.astype(np.float32), trees=trees)
+                        objective=objective, base_margin=base.astype(np.float32), trees=trees,
+                        labels=labels)
+
+
+def _wrapper_params(attributes: dict[str, Any]) -> dict[str, Any]:
+    """The parameters and fitted attributes of the scikit-learn wrapper that saved the
+    file (``attributes.scikit_learn``, a JSON text; XGBoost 1.x writes them all, 2.x only
+    ``_estimator_type``), empty when there is none.
+
+    Raises
+    ------
+    UnsupportedModelError
+        When the text is no JSON object.
+    """
+    text = attributes.get("scikit_learn")
+    if text is None:
+        return {}
+    try:
+        params = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        params = None
+    if not isinstance(params, dict):
+        raise UnsupportedModelError("XGBoost model file: malformed scikit_learn attribute")
+    return params
+
+
+def _trees_per_round(stored: Any, wrapper: dict[str, Any], attributes: dict[str, Any],
+                     best: int | None) -> int:
+    """Trees per class in one boosting round (``num_parallel_tree``).
+
+    Files of XGBoost >= 1.6 store it. Older ones do not, and neither does XGBoost read it
+    from them: a forest (``XGBRFClassifier``, ``num_parallel_tree > 1``) saved by 1.5 loads
+    in later versions as one tree per round, and its early-stopping limit then keeps a
+    fraction of its trees. What the fitted model used is read instead from the wrapper's
+    saved parameters (XGBoost 1.x's ``attributes.scikit_learn``), else from
+    ``best_ntree_limit`` (``(best_iteration + 1) * num_parallel_tree``, XGBoost 1.4-1.5),
+    else 1: a file of XGBoost < 1.4 saved from a ``Booster`` records no more (see the
+    README).
+
+    Raises
+    ------
+    UnsupportedModelError
+        When those records are no positive integers or disagree.
+    """
+    try:
+        if stored is not None:
+            return int(stored)
+        saved = wrapper.get("num_parallel_tree")
+        limit = attributes.get("best_ntree_limit")
+        from_limit = None
+        if limit is not None and best is not None and best >= 0:
+            n, r = divmod(int(str(limit)), best + 1)
+            from_limit = n if r == 0 else -1
+    except (TypeError, ValueError):
+        raise UnsupportedModelError("XGBoost model file: malformed num_parallel_tree or "
+                                    "best_ntree_limit") from None
+    if saved is not None and (type(saved) is not int or saved < 1):
+        raise UnsupportedModelError("XGBoost model file: malformed num_parallel_tree")
+    if from_limit is not None and (from_limit < 1 or saved not in (None, from_limit)):
+        raise UnsupportedModelError(
+            f"XGBoost model file: best_ntree_limit {limit} is not best_iteration + 1 = "
+            f"{(best or 0) + 1} rounds of num_parallel_tree trees")
+    return saved or from_limit or 1
+
+
+def _wrapper_labels(wrapper: dict[str, Any], n_classes: int) -> list[Any] | None:
+    """The class labels the saving wrapper predicted (its ``classes_``: XGBoost 1.3-1.5
+    encoded labels such as ``[3, 7, 11]`` and decoded them in ``predict``), or None."""
+    labels = wrapper.get("classes_")
+    if labels is None:
+        return None
+    if not isinstance(labels, list) or not all(
+            isinstance(v, str | int | float) and not (isinstance(v, float) and math.isnan(v))
+            for v in labels):
+        raise UnsupportedModelError("XGBoost model file: malformed classes_ in the scikit_learn "
+                                    "attribute")
+    return class_labels(labels, n_classes, "XGBoost model file")
 
 
 def _check_stored_categories(cats: Any) -> None:
@@ -502,7 +606,10 @@ def _integers(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: int) -> _Tree:
+def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: int,
+          rule_16: bool = False) -> _Tree:
+    """Tree ``i`` of the file, adding to class ``group``; with ``rule_16`` (a file of
+    XGBoost 1.6) its categorical splits send an invalid code the node's default way."""
     where = f"tree {i}"
     try:
         left = _integers(doc["left_children"])
@@ -528,7 +635,17 @@ def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: in
             "categories_nodes, _segments, _sizes and categories disagree, or a category is "
             f"not an integer in [0, 2**24)")
     cats = {int(nd): np.unique(codes[a:a + k]) for nd, a, k in zip(cat_nodes, segments, sizes, strict=True)}
-    t = _Tree(left=left, right=right, feature=feature, value=value, group=group, categories=cats)
+    default_left = None
+    if rule_16 and cats:
+        try:
+            dl = _integers(doc["default_left"])
+        except (KeyError, TypeError, ValueError, OverflowError):
+            dl = np.zeros(0, dtype=np.int64)
+        if dl.shape != left.shape or not bool(np.all((dl == 0) | (dl == 1))):
+            raise UnsupportedModelError(f"XGBoost model file: malformed default_left ({where})")
+        default_left = dl.astype(bool)
+    t = _Tree(left=left, right=right, feature=feature, value=value, group=group, categories=cats,
+              default_left=default_left)
     _check_tree(t, n_features, n_groups, where)
     return t
 
@@ -544,9 +661,12 @@ def _check_tree(t: _Tree, n_features: int, n_groups: int, where: str) -> None:
         # Leaves need finite values. A split condition may be +-inf: "exact" trees on
         # values near float32's largest store the overflowing midpoint, and
         # float32(x) < inf sends right exactly the inputs beyond float32's range (the
-        # split rule's real boundaries handle it), float32(x) < -inf none left.
+        # split rule's real boundaries handle it), float32(x) < -inf none left. A
+        # categorical split's condition is unused: XGBoost 1.6-2.0 wrote NaN there.
+        numeric = inner.copy()
+        numeric[[nd for nd in t.categories if 0 <= nd < n]] = False
         ok = (bool(np.all(np.isfinite(t.value[~inner])))
-              and not bool(np.any(np.isnan(t.value[inner]))))
+              and not bool(np.any(np.isnan(t.value[numeric]))))
         idx = np.arange(n)
         kids = np.concatenate([t.left[inner], t.right[inner]])
         ok = (ok and np.array_equal(inner, t.right >= 0)
@@ -599,7 +719,11 @@ def _unfolded(t: _Tree, value: np.ndarray, where: str) -> tuple[np.ndarray, ...]
     ``value`` holds its leaves' rows, shape (n_nodes, n_classes)."""
     cuts, sides = [], []
     for nd in range(t.left.size):
-        if nd in t.categories:
+        if nd in t.categories and t.default_left is not None:
+            c, inside = _cuts_16(t.categories[nd], bool(t.default_left[nd]))
+            cuts.append(c)
+            sides.append(inside)
+        elif nd in t.categories:
             c, inside = code_set_cuts(t.categories[nd], strict=True)
             cuts.append(c)
             sides.append(inside)  # in the set: right
@@ -608,6 +732,28 @@ def _unfolded(t: _Tree, value: np.ndarray, where: str) -> tuple[np.ndarray, ...]
             sides.append(np.array([False, True]))
     return unfold_tree(t.feature, cuts, sides, t.left, t.right, value, MAX_UNFOLDED_NODES,
                        f"XGBoost model, {where}", is_leaf=t.left < 0)
+
+
+def _bit_set_end(codes: np.ndarray) -> int:
+    """The first code past a categorical node's bit set in XGBoost 1.6: the set takes whole
+    32-bit words, up to its largest code."""
+    return 32 * (int(np.max(codes)) // 32 + 1)
+
+
+def _cuts_16(codes: np.ndarray, default_left: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A categorical split of XGBoost 1.6 as cuts and sides (True: right) on
+    ``float32(x) < t``, as :func:`~maps_core.adapters._trees.code_set_cuts` gives them for
+    later versions, except that an invalid code (a negative value, or one at or past
+    :func:`_bit_set_end`) goes the node's default way where later versions send it left."""
+    end = _bit_set_end(codes)
+    c, _ = code_set_cuts(codes, strict=True)
+    cuts = np.unique(np.concatenate([c, [0.0, float(end)]]))
+    inside = set(int(v) for v in codes)
+    # every interval [cuts[j], cuts[j + 1]) holds codes of one kind: read it at its start
+    starts = np.concatenate([[-1.0], cuts])
+    sides = np.array([(not default_left) if v < 0 or v >= end else int(v) in inside
+                      for v in starts])
+    return cuts, sides
 
 
 def from_xgboost(model: Any) -> XGBoostModel:

@@ -161,6 +161,26 @@ def test_trusted_but_broken_pickle_is_bad_input(tmp_path: Path) -> None:
         load_model_file(_write(tmp_path, b"\x80\x04garbage"), trust_pickle=True)
 
 
+def test_xgboost_legacy_binary_is_named(tmp_path: Path) -> None:
+    """XGBoost's old binary format (save_model to a name without .json/.ubj) opens with
+    'binf': refused by name, with how to re-save it, not as an unknown file."""
+    with pytest.raises(InvalidInputError, match=r"XGBoost's old binary format.*model\.json"):
+        load_model_file(_write(tmp_path, b"binf\x00\x00\x00?" + bytes(64)), trust_pickle=True)
+
+
+def test_a_pickle_of_another_xgboost_version_says_so(tmp_path: Path) -> None:
+    """XGBoost 1.3.3 pickled this wrapper; the installed XGBoost fails to unpickle it with
+    a native stack trace (library paths, addresses), which stays out of the answer."""
+    pytest.importorskip("xgboost")
+    old = Path(__file__).parents[1] / "core/data/xgboost_old/1.3.3_wrapper.joblib"
+    with pytest.raises(InvalidInputError) as info:
+        load_model_file(old, trust_pickle=True)
+    message = str(info.value)
+    assert "XGBoostError" in message and "another version of xgboost" in message
+    assert "save_model('model.json')" in message
+    assert "Stack trace" not in message and "\n" not in message and "0x" not in message
+
+
 def _joblib_bytes(tmp_path: Path, rf: Fitted, compress: object) -> bytes:
     p = tmp_path / f"m-{abs(hash(str(compress)))}.joblib"
     joblib.dump(rf.model, p, compress=compress)
