@@ -106,20 +106,23 @@ def _raw(svc: Service, model_id: str, text: str, path: str = "counterfactuals") 
         ("{not json", 422, "body"),
         # json.loads fails otherwise: past the 4,300-digit limit, nested too deep
         ('{"instance": [' + "9" * 5000 + ', 0.2, 0.3, 0.4, 0.5]}', 422, "body"),
-        ('{"instance": ' + "[" * 3000 + "]" * 3000 + "}", 422, "body"),
+        # (Python 3.13's json parses 3,000 levels: then the instance is refused instead)
+        ('{"instance": ' + "[" * 3000 + "]" * 3000 + "}", 422, ("body", "instance")),
         ("", 422, "body"),
         ("[" * 50_000 + "]" * 50_000, 413, "body"),
     ],
 )
 def test_hostile_counterfactual_bodies(
-    strict_service: Any, text: str, status: int, field: str | None
+    strict_service: Any, text: str, status: int, field: str | tuple[str, ...] | None
 ) -> None:
     svc, model_id = strict_service
     r = _raw(svc, model_id, text)
     assert r.status_code == status, r.text
     body = r.json()
     assert body["message"] and body["error"]
-    if field is not None:
+    if isinstance(field, tuple):
+        assert body["field"] in field, body
+    elif field is not None:
         assert body["field"] == field, body
     # an optional field's null member is not the client's problem ("instances.none:
     # Input should be None" beside "List should have at least 1 item")

@@ -153,3 +153,20 @@ def test_a_lightgbm_2_wrapper_pickle_is_read_with_its_labels():
     maps = CounterfactualMaps.build(wrapper)
     assert maps.classes == ["no", "yes"]
     np.testing.assert_array_equal(_indices(maps.classes, maps.predict(ref["X"])), ref["pred"])
+
+
+def test_a_dart_model_saved_as_gbtree_is_refused():
+    """XGBoost 3.4 saves a dart model (deprecated there) under the name "gbtree", with its
+    trees' weights in ``weight_drop``: read as plain trees it answered wrong."""
+    def weighted(doc):
+        n = len(doc["learner"]["gradient_booster"]["model"]["trees"])
+        doc["learner"]["gradient_booster"]["model"]["weight_drop"] = [0.9] * (n - 1) + [1.0]
+
+    with pytest.raises(UnsupportedModelError, match="dart"):
+        parse_xgboost(_edited("1.7.6_categorical.json", weighted))
+
+    def unweighted(doc):  # every weight 1: the plain trees' model
+        n = len(doc["learner"]["gradient_booster"]["model"]["trees"])
+        doc["learner"]["gradient_booster"]["model"]["weight_drop"] = [1.0] * n
+
+    assert len(parse_xgboost(_edited("1.7.6_categorical.json", unweighted)).trees) == 6

@@ -342,7 +342,9 @@ def test_l0_tie_break_beside_a_lightgbm_zero_threshold_and_far_apart_scales():
         w = np.ones(x.size)
         l1 = maps.counterfactual(x, 1, norm="l1", weights=w).best
         l0 = maps.counterfactual(x, 1, norm="l0", weights=w).best
-        assert np.count_nonzero(l1.x != x) == 1 and l0.distance == 1.0
+        assert l0.distance == 1.0
         assert m.predict(l0.x[None])[0] == 1
-        # the least weighted l1 among one-change answers: the l1 optimum's
+        # the least weighted l1 among one-change answers: the l1 optimum's (a one-change
+        # answer here, or a two-change one at the same float64 distance, as scikit-learn
+        # 1.4's HistGradientBoosting with a split at 4e-33 makes it)
         assert np.sum(w * np.abs(l0.x - x)) == pytest.approx(l1.distance, rel=1e-6)
