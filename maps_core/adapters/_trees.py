@@ -65,10 +65,12 @@ def class_labels(labels: Any, n_classes: int, what: str) -> list[Any]:
 
 
 def parse_dump(model: Any, booster: Any, wrapper: bool, method: str, args: tuple[Any, ...],
-               parse: Callable[[Any], Any], library: str, expected: str) -> Any:
+               parse: Callable[[Any], Any], library: str, expected: str,
+               labels: Any = None) -> Any:
     """The parsed model file of a library's object in memory: ``booster.method(*args)``
     (the library's own dump, as its ``save_model`` writes it) read by ``parse``; a fitted
-    scikit-learn ``wrapper``'s ``classes_`` become the parsed model's ``labels``.
+    scikit-learn ``wrapper``'s ``classes_`` (or ``labels``, when given) become the parsed
+    model's ``labels``.
 
     Raises
     ------
@@ -85,7 +87,8 @@ def parse_dump(model: Any, booster: Any, wrapper: bool, method: str, args: tuple
     except Exception as exc:  # the library's own errors (a freed booster, say)
         raise UnsupportedModelError(f"could not read the {kind}: {exc}") from None
     parsed = parse(data)
-    labels = getattr(model, "classes_", None) if wrapper else None
+    if labels is None and wrapper:
+        labels = getattr(model, "classes_", None)
     if labels is not None:
         parsed.labels = class_labels(labels, parsed.n_classes, kind)
     return parsed

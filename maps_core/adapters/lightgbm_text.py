@@ -69,7 +69,6 @@ from ._trees import (
     TreeStack,
     check_category_values,
     check_size,
-    class_labels,
     code_set_cuts,
     library_of,
     parse_dump,
@@ -567,11 +566,8 @@ def from_lightgbm(model: Any) -> LightGBMModel:
             labels = getattr(model, "_classes", None)
             if booster is None or labels is None:
                 raise UnsupportedModelError(f"the {kind} is not fitted") from None
-    parsed = parse_dump(model, booster, wrapper, "model_to_string", (), parse_lightgbm,
-                        "LightGBM", "a fitted LGBMClassifier or a lightgbm.Booster")
-    if labels is not None:
-        parsed.labels = class_labels(labels, parsed.n_classes, kind)
-    return parsed
+    return parse_dump(model, booster, wrapper, "model_to_string", (), parse_lightgbm,
+                      "LightGBM", "a fitted LGBMClassifier or a lightgbm.Booster", labels)
 
 
 class LightGBMAdapter:
