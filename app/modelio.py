@@ -198,18 +198,40 @@ def detect_format(head: bytes) -> ModelFormat | None:
     return None
 
 
+#: The booster names XGBoost's binary model files hold.
+_XGB_BOOSTERS = (b"gbtree", b"gblinear", b"dart")
+
+
+def _is_xgboost_binary(head: bytes) -> bool:
+    """Whether ``head`` starts a model file in XGBoost's binary format (``save_model`` to a
+    name not ending in ``.json`` or ``.ubj``, before XGBoost 3): an optional ``binf`` (1.1
+    and later), a 136-byte parameter block (base score, features, classes, version,
+    reserved words), then the objective's and the booster's names, each after its length
+    as a little-endian uint64. Laid out so by XGBoost 0.80 to 1.6 (binary, multiclass and
+    regression objectives; gbtree, gblinear, dart). Asked before the pickle check: the
+    first four bytes (the base score, before 1.1) may be anything, a pickle's too."""
+    at = (4 if head.startswith(b"binf") else 0) + 136
+    n = int.from_bytes(head[at:at + 8], "little")
+    objective = head[at + 8:at + 8 + n]
+    if not 1 <= n <= 90 or re.fullmatch(rb"[a-z_]+:[a-z_]+", objective) is None:
+        return False
+    at += 8 + n
+    k = int.from_bytes(head[at:at + 8], "little")
+    return head[at + 8:at + 8 + k] in _XGB_BOOSTERS
+
+
 def sniff(path: Path) -> ModelFormat:
     """Format of the file at ``path``; raises :class:`InvalidInputError` when unknown."""
     with open(path, "rb") as fh:
         head = fh.read(SNIFF_BYTES)
     if not head:
         raise InvalidInputError("the model file is empty", "model")
-    fmt = detect_format(head)
-    if fmt is None and head.startswith(b"binf"):
+    if _is_xgboost_binary(head):
         raise InvalidInputError(
-            "the model file is in XGBoost's old binary format (save_model to a name not "
-            "ending in .json or .ubj), which cfmaps does not read: load it in XGBoost and "
-            "save it again with save_model('model.json')", "model")
+            "the model file is in XGBoost's binary format (save_model to a name not ending "
+            "in .json or .ubj), which cfmaps does not read (nor does XGBoost 3): load it with "
+            "an XGBoost 1.x or 2.x and save it again with save_model('model.json')", "model")
+    fmt = detect_format(head)
     if fmt is None:
         raise InvalidInputError(
             "the model file is neither a skops file, an XGBoost JSON/UBJSON or LightGBM text "

@@ -45,7 +45,11 @@ a copy of the child subtree below each run (as LightGBM's: see
 float32 holds every integer. Files of XGBoost 1.6 (``"version": [1, 6, ...]``) follow its
 rule: an invalid code (negative, or at or past the node's bit set, whose 32-bit words
 reach its largest code) goes the node's default way (``default_left``; :func:`_cuts_16`).
-XGBoost 1.6-2.0 wrote NaN as a categorical split's condition, which no one reads. A
+Files of XGBoost 1.5 follow its own: a value in (-1, 0) is code 0 (C's truncation toward
+zero), not an invalid code. XGBoost 1.3 and 1.4 (categorical splits from ``gpu_hist``
+only) read a file's categorical split as a numeric one at its ``split_conditions``, where
+later versions read a category set: those files are refused.
+XGBoost 1.5-2.0 wrote NaN as a categorical split's condition, which no one reads. A
 model fitted on pandas ``category`` columns stores their
 categories (``model.cats``); numeric ones other than ``0..n-1`` are refused
 (:func:`~maps_core.adapters._trees.check_category_values`).
@@ -90,6 +94,8 @@ __all__ = ["MAX_UNFOLDED_NODES", "XGBOOST", "XGBoostAdapter", "XGBoostModel", "f
            "is_json", "parse_xgboost"]
 #: Categories are integers below this (float32 holds every integer up to it).
 _MAX_CODE = 1 << 24
+#: The least float32 above -1: XGBoost 1.5 reads float32(x) from here to 1 as code 0.
+_ABOVE_MINUS_ONE = float(np.nextafter(np.float32(-1), np.float32(0)))
 
 _OBJECTIVES = ("binary:logistic", "multi:softprob", "multi:softmax")
 
@@ -106,6 +112,8 @@ class _Tree:
     # XGBoost 1.6's rule for an invalid code at a categorical split (negative, or past the
     # node's bit set): the node's default way (default_left, (n,) bool), not left
     default_left: np.ndarray | None = None
+    # XGBoost 1.5's: a value in (-1, 0) is code 0 (C's truncation toward zero), not invalid
+    rule_15: bool = False
 
 
 @dataclass
@@ -200,8 +208,9 @@ def _tree_values(t: _Tree, X32: np.ndarray) -> np.ndarray:
             at = nd == c
             if at.any():
                 u = v[at]
-                ok = (u >= 0) & (u < _MAX_CODE)  # False for NaN: XGBoost's invalid codes
-                code = np.where(ok, u, 0).astype(np.int64)
+                # False for NaN: XGBoost's invalid codes
+                ok = ((u > -1) if t.rule_15 else (u >= 0)) & (u < _MAX_CODE)
+                code = np.where(ok, u, 0).astype(np.int64)  # (truncated toward zero)
                 out = ~(ok & np.isin(code, codes))
                 if t.default_left is not None:  # XGBoost 1.6: invalid codes go the default way
                     valid = (u >= 0) & (u < _bit_set_end(codes))
@@ -463,9 +472,7 @@ def _model(doc: Any, every_round: bool = False) -> XGBoostModel:
     if names is not None and len(names) != n_features:
         raise UnsupportedModelError(
             f"XGBoost model file: {len(names)} feature names for {n_features} features")
-    # XGBoost 1.6 sent an invalid code at a categorical split the node's default way
-    rule_16 = version[:2] == (1, 6)
-    trees = [_tree(t, g, n_features, n_groups, i, rule_16)
+    trees = [_tree(t, g, n_features, n_groups, i, version)
              for i, (t, g) in enumerate(zip(tree_docs, tree_info, strict=True))]
     if not trees:
         raise UnsupportedModelError("XGBoost model file: no trees")
@@ -615,9 +622,11 @@ def _integers(values: Any) -> np.ndarray:
 
 
 def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: int,
-          rule_16: bool = False) -> _Tree:
-    """Tree ``i`` of the file, adding to class ``group``; with ``rule_16`` (a file of
-    XGBoost 1.6) its categorical splits send an invalid code the node's default way."""
+          version: tuple[int, ...] = ()) -> _Tree:
+    """Tree ``i`` of the file, adding to class ``group``. Its categorical splits follow
+    the rule of the XGBoost ``version`` that wrote it (the file's ``version``; none: the
+    current rule): 1.6 sends an invalid code the node's default way, 1.5 reads a value in
+    (-1, 0) as code 0, and 1.3-1.4, which read such a split as a numeric one, are refused."""
     where = f"tree {i}"
     try:
         left = _integers(doc["left_children"])
@@ -643,8 +652,17 @@ def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: in
             "categories_nodes, _segments, _sizes and categories disagree, or a category is "
             f"not an integer in [0, 2**24)")
     cats = {int(nd): np.unique(codes[a:a + k]) for nd, a, k in zip(cat_nodes, segments, sizes, strict=True)}
+    if cats and version and version[:2] < (1, 5):
+        # Probed in XGBoost 1.3.3 and 1.4.2: their loaders read every split as
+        # float32(x) < split_condition, while later versions read the same file's split as
+        # a category set: two models in one file.
+        raise UnsupportedModelError(
+            f"XGBoost model file: a categorical split ({where}) in a file of XGBoost "
+            f"{'.'.join(map(str, version))}, which reads it as a numeric split where later "
+            "versions read a category set, so the model it holds is ambiguous: retrain it with "
+            "XGBoost >= 1.6")
     default_left = None
-    if rule_16 and cats:
+    if version[:2] == (1, 6) and cats:
         try:
             dl = _integers(doc["default_left"])
         except (KeyError, TypeError, ValueError, OverflowError):
@@ -653,7 +671,7 @@ def _tree(doc: dict[str, Any], group: int, n_features: int, n_groups: int, i: in
             raise UnsupportedModelError(f"XGBoost model file: malformed default_left ({where})")
         default_left = dl.astype(bool)
     t = _Tree(left=left, right=right, feature=feature, value=value, group=group, categories=cats,
-              default_left=default_left)
+              default_left=default_left, rule_15=version[:2] == (1, 5))
     _check_tree(t, n_features, n_groups, where)
     return t
 
@@ -670,7 +688,7 @@ def _check_tree(t: _Tree, n_features: int, n_groups: int, where: str) -> None:
         # values near float32's largest store the overflowing midpoint, and
         # float32(x) < inf sends right exactly the inputs beyond float32's range (the
         # split rule's real boundaries handle it), float32(x) < -inf none left. A
-        # categorical split's condition is unused: XGBoost 1.6-2.0 wrote NaN there.
+        # categorical split's condition is unused: XGBoost 1.5-2.0 wrote NaN there.
         numeric = inner.copy()
         numeric[[nd for nd in t.categories if 0 <= nd < n]] = False
         ok = (bool(np.all(np.isfinite(t.value[~inner])))
@@ -733,6 +751,8 @@ def _unfolded(t: _Tree, value: np.ndarray, where: str) -> tuple[np.ndarray, ...]
             sides.append(inside)
         elif nd in t.categories:
             c, inside = code_set_cuts(t.categories[nd], strict=True)
+            if t.rule_15:  # code 0 is (-1, 1): float32(x) >= the float32 just above -1
+                c = np.where(c == 0.0, _ABOVE_MINUS_ONE, c)
             cuts.append(c)
             sides.append(inside)  # in the set: right
         else:

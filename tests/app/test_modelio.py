@@ -161,11 +161,33 @@ def test_trusted_but_broken_pickle_is_bad_input(tmp_path: Path) -> None:
         load_model_file(_write(tmp_path, b"\x80\x04garbage"), trust_pickle=True)
 
 
-def test_xgboost_legacy_binary_is_named(tmp_path: Path) -> None:
-    """XGBoost's old binary format (save_model to a name without .json/.ubj) opens with
-    'binf': refused by name, with how to re-save it, not as an unknown file."""
-    with pytest.raises(InvalidInputError, match=r"XGBoost's old binary format.*model\.json"):
-        load_model_file(_write(tmp_path, b"binf\x00\x00\x00?" + bytes(64)), trust_pickle=True)
+XGB_BINARY = sorted((Path(__file__).parents[1] / "core/data/xgboost_old/binary").glob("*.model"))
+
+
+@pytest.mark.parametrize("path", XGB_BINARY, ids=lambda p: p.stem)
+@pytest.mark.parametrize("trust_pickle", [False, True])
+def test_xgboost_binary_format_is_named(path: Path, trust_pickle: bool) -> None:
+    """XGBoost's binary format (save_model to a name without .json/.ubj), of 0.80 to 1.6:
+    refused by name, with how to re-save it, not as an unknown file, nor as a pickle or a
+    compressed joblib file when its first bytes (the base score, before 1.1) look like
+    one (the *_magic files: an UnsafeModelFileError, or a KeyError from unpickling)."""
+    assert len(XGB_BINARY) == 9
+    with pytest.raises(InvalidInputError, match=r"XGBoost's binary format.*model\.json") as info:
+        load_model_file(path, trust_pickle=trust_pickle)
+    assert type(info.value) is InvalidInputError
+
+
+@pytest.mark.parametrize("head", [
+    b"binf" + bytes(64),  # no names
+    b"binf" + bytes(132) + (15).to_bytes(8, "little") + b"binary:logistic"
+    + (6).to_bytes(8, "little") + b"gbtreX",  # a booster no XGBoost wrote
+    bytes(136) + (99).to_bytes(8, "little") + b"binary:logistic",  # the wrong length
+    bytes(136) + (15).to_bytes(8, "little") + b"Binary:Logistic"
+    + (6).to_bytes(8, "little") + b"gbtree",
+])
+def test_only_xgboost_binary_files_are_named_so(tmp_path: Path, head: bytes) -> None:
+    with pytest.raises(InvalidInputError, match="neither a skops file"):
+        load_model_file(_write(tmp_path, head + bytes(300)), trust_pickle=True)
 
 
 def test_a_pickle_of_another_xgboost_version_says_so(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ def _indices(labels, predicted) -> np.ndarray:
 @pytest.mark.parametrize("path", XGB_FILES, ids=lambda p: p.stem)
 def test_old_xgboost_files_predict_as_the_fitted_model(path):
     """Forests and early stopping of XGBoost < 1.6 (no num_parallel_tree in the file),
-    labels the 1.x wrapper encoded, 1.6's categorical rule and NaN split conditions."""
+    labels the 1.x wrapper encoded, 1.5's and 1.6's categorical rules and NaN split
+    conditions (1.5's files crafted, then predicted by 1.5.2 itself: ``craft15.py``)."""
     ref = np.load(path.with_suffix(".npz"))
     X, expected = ref["X"], ref["pred"]
     model = parse_xgboost(path.read_bytes())
@@ -44,6 +45,31 @@ def test_old_xgboost_files_predict_as_the_fitted_model(path):
         r = maps.counterfactual(x)
         assert r.best is not None
         assert model.predict(r.best.x[None])[0] == r.target
+
+
+def test_xgboost_15_reads_minus_one_to_zero_as_code_zero():
+    """XGBoost 1.5 cast a value to its code by C's truncation: -0.5 is code 0 there (in
+    the set: right), where 1.6 and later call it invalid. The crafted file's root sends
+    {0} right to +0.5 and the rest left to -0.5 (one tree, so the class flips)."""
+    raw = (DATA / "xgboost_old/1.5.2_categorical_one_hot_zero.json").read_bytes()
+    x = np.array([[v, 0.0] for v in (-0.99, -0.5, -1e-7, 0.0, 0.99)] + [[-1.0, 0.0], [1.0, 0.0]])
+    np.testing.assert_array_equal(parse_xgboost(raw).predict(x), [1, 1, 1, 1, 1, 0, 0])
+    maps = CounterfactualMaps.build(parse_xgboost(raw))
+    np.testing.assert_array_equal(maps.predict(x), [1, 1, 1, 1, 1, 0, 0])
+    # the same file as a later version wrote it: -0.5 is no category there
+    later = parse_xgboost(_edited("1.5.2_categorical_one_hot_zero.json",
+                                  lambda d: d.update(version=[2, 0, 3])))
+    np.testing.assert_array_equal(later.predict(x), [0, 0, 0, 1, 1, 0, 0])
+
+
+@pytest.mark.parametrize("version", [[1, 3, 3], [1, 4, 2]])
+def test_xgboost_13_14_categorical_files_are_refused(version):
+    """XGBoost 1.3 and 1.4 load a categorical split as a numeric one at its condition
+    (probed: their predictions on the crafted files equal the same trees with numeric
+    splits), later versions as a category set."""
+    raw = _edited("1.5.2_categorical_two_sets.json", lambda d: d.update(version=version))
+    with pytest.raises(UnsupportedModelError, match="reads it as a numeric split"):
+        parse_xgboost(raw)
 
 
 def test_old_xgboost_trees_per_round():
