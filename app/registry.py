@@ -33,6 +33,8 @@ Any number of processes may share the data dir (:meth:`Registry.sync`, :class:`B
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import errno
 import fcntl
@@ -45,7 +47,7 @@ import shutil
 import threading
 import unicodedata
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -281,6 +283,20 @@ def stats_dict(maps: CounterfactualMaps, class_names: list[Any]) -> dict[str, An
     }
 
 
+
+def _cursor_key(cursor: str) -> tuple[str, str]:
+    """The (created_at, id) place a :meth:`Registry.page` cursor names; an
+    :class:`InvalidInputError` for anything else."""
+    try:
+        key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError are too
+        key = None
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+        raise InvalidInputError(
+            "cursor is not one this service handed out: pass a page's next_cursor as it "
+            "came, or none for the first page", "cursor")
+    return key[0], key[1]
+
 class Registry:
     """All models of one data dir, keyed by id. Thread-safe.
 
@@ -336,6 +352,26 @@ class Registry:
     def list(self) -> list[ModelEntry]:
         with self._lock:
             return sorted(self._entries.values(), key=lambda e: (e.created_at, e.id))
+
+    def page(self, limit: int, cursor: str | None = None,
+             status: str | None = None) -> tuple[Sequence[ModelEntry], str | None]:
+        """A page of :meth:`list` (by creation time, then id), optionally of one status:
+        at most ``limit`` entries after ``cursor``, and the cursor of the next page
+        (``None`` on the last).
+
+        The cursor names the last entry's place in that order, not its position, so pages
+        neither skip nor repeat a model when others are uploaded or deleted between them
+        (a model deleted meanwhile is simply not listed). It is opaque to clients.
+        """
+        after = None if cursor is None else _cursor_key(cursor)
+        entries = [e for e in self.list()
+                   if (status is None or e.status == status)
+                   and (after is None or (e.created_at, e.id) > after)]
+        if len(entries) <= limit:
+            return entries, None
+        last = entries[limit - 1]
+        token = json.dumps([last.created_at, last.id], separators=(",", ":"))
+        return entries[:limit], base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
 
     def counts(self) -> dict[str, int]:
         """Models per status (for metrics)."""

@@ -370,10 +370,13 @@ class PredictBatchOut(BaseModel):
     results: list[PredictionOut]
 
 
+ModelStatus = Literal["queued", "building", "loading", "ready", "failed"]
+
+
 class ModelInfo(BaseModel):
     id: str
     name: str | None
-    status: Literal["queued", "building", "loading", "ready", "failed"]
+    status: ModelStatus
     progress: float
     error: str | None
     created_at: str
@@ -387,7 +390,11 @@ class ModelInfo(BaseModel):
 
 
 class ModelList(BaseModel):
+    """A page of models by creation time, then id; ``next_cursor`` fetches the next page
+    (``null`` on the last one)."""
+
     models: list[ModelInfo]
+    next_cursor: str | None
 
 
 class ReadinessOut(BaseModel):
@@ -409,7 +416,7 @@ class ModelReadyOut(BaseModel):
 
     name: str
     ready: bool
-    status: Literal["queued", "building", "loading", "ready", "failed"]
+    status: ModelStatus
 
 
 # -- conversions --------------------------------------------------------------------------

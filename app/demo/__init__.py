@@ -179,17 +179,19 @@ class _Driver:
         say(f"API docs: {self.shown_url}/docs")
 
     def _find_existing(self, client: Any) -> str | None:
-        r = client.get("/v1/models", headers=self._headers(admin=False))
-        if r.status_code != 200:
-            return None
-        doc = r.json()
-        items = doc.get("models", []) if isinstance(doc, dict) else doc
-        for m in items if isinstance(items, list) else []:
-            name = m.get("name") or (m.get("spec") or {}).get("name")
-            if name == MODEL_NAME and m.get("status") == "ready":
-                _say(f"reusing the demo model {m.get('id')} found in the data directory")
-                return str(m.get("id"))
-        return None
+        params: dict[str, str] = {"status": "ready", "limit": "1000"}
+        while True:  # every page of the ready models
+            r = client.get("/v1/models", params=params, headers=self._headers(admin=False))
+            if r.status_code != 200:
+                return None
+            doc = r.json()
+            for m in doc.get("models", []):
+                if m.get("name") == MODEL_NAME:
+                    _say(f"reusing the demo model {m.get('id')} found in the data directory")
+                    return str(m.get("id"))
+            if not doc.get("next_cursor"):
+                return None
+            params["cursor"] = doc["next_cursor"]
 
     def _upload(self, client: Any, model: Any, schema: FeatureSchema) -> str:
         import skops.io as sio

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Path, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, UploadFile
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -12,7 +12,7 @@ from starlette.datastructures import UploadFile as StarletteUploadFile
 
 from ..errors import InvalidInputError, PayloadTooLargeError, check_multipart_whole
 from ..responses import SafeJSONResponse as JSONResponse
-from ..schemas import ErrorResponse, ModelInfo, ModelList, parse_spec
+from ..schemas import ErrorResponse, ModelInfo, ModelList, ModelStatus, parse_spec
 from ..security import require_admin, require_query
 from .deps import MODEL_ID_DOC, BuildsDep, RegistryDep, model_entry
 
@@ -51,6 +51,10 @@ _LINKS = {
 SPEC_MAX_BYTES = 64 << 20
 #: The parts an upload takes.
 _PARTS = ("model", "spec")
+#: ``GET /v1/models``: models per page by default and at most. Each carries its schema,
+#: so a page of 1,000 models of 100 features is a few MB.
+LIST_DEFAULT = 100
+LIST_MAX = 1000
 
 _SPEC_DOC = (
     'JSON: {"name": str, "features": [{name, type: continuous|integer|binary|categorical|'
@@ -141,8 +145,18 @@ def _check_parts(form: FormData) -> None:
     responses=_ERRORS,
     summary="List models",
 )
-async def list_models(registry: RegistryDep) -> JSONResponse:
-    return JSONResponse({"models": [e.info() for e in registry.list()]})
+async def list_models(
+    registry: RegistryDep,
+    limit: Annotated[int, Query(ge=1, le=LIST_MAX, description=(
+        f"Models per page, at most {LIST_MAX}."))] = LIST_DEFAULT,
+    cursor: Annotated[str | None, Query(max_length=4096, pattern="^[A-Za-z0-9_-]+$",
+                                        description=(
+        "The `next_cursor` of the previous page, as it came; none for the first page."))] = None,
+    status: Annotated[ModelStatus | None, Query(description=(
+        "Only the models of this status."))] = None,
+) -> JSONResponse:
+    entries, next_cursor = registry.page(limit, cursor, status)
+    return JSONResponse({"models": [e.info() for e in entries], "next_cursor": next_cursor})
 
 
 @router.get(

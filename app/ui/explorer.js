@@ -76,18 +76,27 @@ function showError(err) {
 async function loadModels() {
   $("model-status").textContent = "Loading models...";
   try {
-    const { body } = await api("v1/models", { headers: headers(false) });
+    // Every page: the list is paginated (next_cursor), and a busy service holds more
+    // models than one page.
+    const models = [];
+    let cursor = null;
+    do {
+      const q = "v1/models?limit=1000" + (cursor ? "&cursor=" + encodeURIComponent(cursor) : "");
+      const { body } = await api(q, { headers: headers(false) });
+      models.push(...body.models);
+      cursor = body.next_cursor;
+    } while (cursor);
     const sel = $("model");
     const keep = sel.value;
     sel.innerHTML = "";
-    for (const m of body.models) {
+    for (const m of models) {
       const o = document.createElement("option");
       o.value = m.id;
       o.textContent = (m.name || m.id) + (m.status === "ready" ? "" : " (" + m.status + ")");
       o.disabled = m.status !== "ready";
       sel.appendChild(o);
     }
-    const ready = body.models.filter((m) => m.status === "ready");
+    const ready = models.filter((m) => m.status === "ready");
     if (!ready.length) {
       $("model-status").textContent = "No ready model: upload one with POST /v1/models.";
       return;

@@ -282,7 +282,7 @@ def test_a_multipart_body_cut_short_is_a_400(service: Any, rf: Fitted) -> None:
         r = service.client.post("/v1/models", content=body, headers=headers)
         assert r.status_code == 400, r.text
         assert r.json()["error"] == "bad_request" and "cut short" in r.json()["message"]
-    assert service.client.get("/v1/models").json() == {"models": []}
+    assert service.client.get("/v1/models").json() == {"models": [], "next_cursor": None}
     r = service.client.post("/v1/models", content=model + spec + b"--XyZ--\r\n",
                             headers=headers)
     assert r.status_code == 202 and r.json()["name"] == "m", r.text
@@ -328,5 +328,5 @@ def test_hostile_uploads(service_factory: Any, rf: Fitted) -> None:
             r = c.post("/v1/models", **kw)
             assert 400 <= r.status_code < 500, (kw, r.text)
             assert r.json()["error"]
-        assert c.get("/v1/models").json() == {"models": []}
+        assert c.get("/v1/models").json() == {"models": [], "next_cursor": None}
         assert [p.name for p in svc.settings.models_dir.iterdir()] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,7 @@ def test_upload_build_describe_list_delete(service: Service, rf: Fitted) -> None
     assert r.status_code == 204
     assert not model_dir.exists()
     assert c.get(f"/v1/models/{model_id}").status_code == 404
-    assert c.get("/v1/models").json() == {"models": []}
+    assert c.get("/v1/models").json() == {"models": [], "next_cursor": None}
     assert c.delete(f"/v1/models/{model_id}").status_code == 404
 
 
@@ -309,7 +310,7 @@ def test_unknown_or_repeated_parts_are_named(
     r = service.client.post("/v1/models", files=files, data=data)
     assert r.status_code == 422, r.text
     assert r.json()["field"] == field
-    assert service.client.get("/v1/models").json() == {"models": []}
+    assert service.client.get("/v1/models").json() == {"models": [], "next_cursor": None}
 
 
 def test_a_spec_over_a_mib_is_read_as_text_or_file(
@@ -523,3 +524,56 @@ def test_trusted_pickles_of_lightgbm_and_xgboost_objects(service_factory: Any) -
         with service_factory(data_dir=data_dir, trust_pickle=True) as svc:
             r = upload(svc.client, pickle.dumps(lgb.LGBMClassifier()))
             assert r.status_code == 422 and "not fitted" in r.json()["message"]
+
+
+def test_list_is_paginated_in_upload_order(service: Service, rf: Fitted) -> None:
+    c = service.client
+    ids = [service.add(rf.skops, {"name": f"m{i}"}) for i in range(5)]
+    builds = service.app.state.builds
+    worker, builds.worker = builds.worker, build_faults.budget_exceeded
+    failed = wait_built(c, upload(c, rf.skops).json()["id"])["id"]
+    builds.worker = worker
+    # The list's order: by creation time (to the second), then id
+    every = sorted([*ids, failed], key=lambda i: (c.get(f"/v1/models/{i}").json()["created_at"], i))
+    ids = [i for i in every if i != failed]
+
+    def pages(**params: Any) -> list[list[str]]:
+        out, cursor = [], None
+        while True:
+            q = {**params, **({"cursor": cursor} if cursor else {})}
+            body = c.get("/v1/models", params=q).json()
+            out.append([m["id"] for m in body["models"]])
+            cursor = body["next_cursor"]
+            if cursor is None:
+                return out
+
+    assert pages(limit=2) == [every[:2], every[2:4], every[4:]]
+    assert pages() == [every]  # the default page holds them all
+    assert pages(limit=6) == [every]  # no empty last page
+    assert pages(status="ready", limit=3) == [ids[:3], ids[3:]]
+    assert pages(status="failed") == [[failed]]
+    assert pages(status="building") == [[]]
+
+    # Deleting or adding models between pages neither skips nor repeats one.
+    first = c.get("/v1/models", params={"limit": 2}).json()
+    assert [m["id"] for m in first["models"]] == every[:2]
+    assert c.delete(f"/v1/models/{every[1]}").status_code == 204
+    assert c.delete(f"/v1/models/{every[2]}").status_code == 204
+    time.sleep(1.01)  # (a later second: listed after the others)
+    later = service.add(rf.skops)
+    rest = c.get("/v1/models", params={"limit": 10, "cursor": first["next_cursor"]}).json()
+    assert [m["id"] for m in rest["models"]] == [*every[3:], later]
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"cursor": "nope"}, "cursor"),
+    ({"cursor": "W10"}, "cursor"),  # base64 of "[]": JSON, but no place
+    ({"cursor": "é"}, "cursor"),
+    ({"limit": 0}, "limit"),
+    ({"limit": 1001}, "limit"),
+    ({"status": "done"}, "status"),
+])
+def test_list_refuses_bad_paging(service: Service, params: dict[str, Any], field: str) -> None:
+    r = service.client.get("/v1/models", params=params)
+    assert r.status_code == 422, r.text
+    assert field in r.json()["field"]
