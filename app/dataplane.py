@@ -49,8 +49,9 @@ class QueryLimits:
     """The service's per-request limits (``CFMAPS_MAX_BATCH``, ``CFMAPS_MAX_K``,
     ``CFMAPS_MAX_ANSWERS``,
     ``CFMAPS_QUERY_MAX_BOXES``, ``CFMAPS_QUERY_MAX_SECONDS``, ``CFMAPS_QUERY_MAX_MEMORY``,
-    ``CFMAPS_QUERY_THREADS``, ``CFMAPS_MAP_MAX_SIDE``) and the norm of a query that names
-    none (``CFMAPS_DEFAULT_NORM``)."""
+    ``CFMAPS_QUERY_THREADS``, ``CFMAPS_MAP_MAX_SIDE``), the norm of a query that names none
+    (``CFMAPS_DEFAULT_NORM``) and what a search beyond its budgets answers when the query
+    does not say (``CFMAPS_QUERY_ON_BUDGET``)."""
 
     max_batch: int = 1000
     max_k: int = 100
@@ -61,6 +62,7 @@ class QueryLimits:
     max_seconds: float | None = None  # per instance; none by default
     max_memory: int | None = None  # per instance; the engine's default
     threads: int | None = None  # per instance's search; the engine's default
+    on_budget: str = "error"  # a search beyond its budgets, when the request does not say
 
 
 def runs_inline(maps: CounterfactualMaps, body: CounterfactualRequest) -> bool:
@@ -210,7 +212,7 @@ def counterfactual_answer(
             max_boxes=limits.max_boxes,
             max_seconds=max_seconds,
             max_memory=limits.max_memory,
-            on_budget=body.on_budget,
+            on_budget=body.on_budget or limits.on_budget,
             threads=limits.threads,
             cancel=cancel,
         )

@@ -250,12 +250,13 @@ class CounterfactualRequest(_InstancesRequest):
         description="Most seconds one instance's search may take (at most the service's "
         "own limit, which applies when omitted). What happens beyond it: `on_budget`.",
     )
-    on_budget: Literal["error", "best"] = Field(
-        default="error",
+    on_budget: Literal["error", "best"] | None = Field(
+        default=None,
         description="A search out of its time or box budget: `error` answers 422 "
         "`budget_exceeded` (every answer certified optimal); `best` answers with the "
         "nearest counterfactual the search found, valid but perhaps not the nearest: "
-        "`optimal` false and `lower_bound` a certified lower bound of the optimal distance.",
+        "`optimal` false and `lower_bound` a certified lower bound of the optimal distance. "
+        "Omitted: the service's `CFMAPS_QUERY_ON_BUDGET` (`error` unless configured).",
     )
 
 

@@ -125,6 +125,14 @@ class Settings(BaseSettings):
         process may use one processor). Credit RF 100x5: p50 18 -> 12 ms and p90 77 ->
         39 ms on 2 idle cores. 1 keeps each query on one core, which serves more queries
         at once when every core is busy.
+    query_on_budget : {"error", "best"}
+        What a search beyond its budgets (``query_max_boxes``, ``query_max_seconds``,
+        ``query_max_memory``) answers when the request does not say (its ``on_budget``):
+        ``error`` a 422 ``budget_exceeded``, so that every 200 is certified optimal;
+        ``best`` the nearest counterfactual it found, valid, with ``optimal`` false and a
+        certified ``lower_bound``. With ``best`` and a short ``query_max_seconds`` every
+        query answers in about that time (a random forest's hard queries on loan data take
+        seconds to prove: README, "What limits random forests").
     map_max_side : int
         Largest width or height of a map picture (``/v1/models/{id}/map.png``), pixels.
     build_workers : int
@@ -198,6 +206,7 @@ class Settings(BaseSettings):
     query_max_seconds: float | None = Field(default=30.0, gt=0)
     query_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)
     query_threads: int | None = Field(default=None, gt=0, le=64)
+    query_on_budget: Literal["error", "best"] = "error"
     map_max_side: int = Field(default=1024, gt=0, le=2048)
     ui: bool = True
     build_workers: int = Field(default=1, gt=0, le=64)

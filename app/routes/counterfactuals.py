@@ -144,7 +144,8 @@ def _limits(settings: Any) -> QueryLimits:
         max_batch=settings.max_batch, max_k=settings.max_k, default_norm=settings.default_norm,
         map_max_side=settings.map_max_side, max_boxes=settings.query_max_boxes,
         max_answers=settings.max_answers, max_seconds=settings.query_max_seconds,
-        max_memory=settings.effective_query_memory(), threads=settings.query_threads)
+        max_memory=settings.effective_query_memory(), threads=settings.query_threads,
+        on_budget=settings.query_on_budget)
 
 
 _PNG: dict[int | str, dict[str, Any]] = {

@@ -430,6 +430,32 @@ def test_best_found_on_budget(service_factory: Any, rf: Fitted) -> None:
         assert f"cfmaps_counterfactuals_unproven_total {float(unproven)}" in metrics
 
 
+def test_best_found_by_the_services_default(service_factory: Any, rf: Fitted) -> None:
+    """CFMAPS_QUERY_ON_BUDGET=best: a request that does not say answers with the best
+    found beyond the budgets (``optimal`` false where unproven); one that says ``error``
+    still gets the 422, and the OpenAPI document names the default."""
+    X = rf.X[:40].tolist()
+    with service_factory(build_max_rectangles=20, query_max_boxes=1,
+                         query_on_budget="best") as svc:
+        mid = svc.add(rf.skops)
+        url = f"/v1/models/{mid}/counterfactuals"
+        got = svc.client.post(url, json={"instances": X})
+        assert got.status_code == 200, got.text
+        results = got.json()["results"]
+        unproven = [x for x, r in zip(X, results, strict=True) if not r["optimal"]]
+        assert unproven and len(unproven) < len(X)
+        for r in results:  # valid, proven or not
+            cf = _vec(r["counterfactual"], NAMES)
+            assert rf.model.predict(cf[None])[0] == r["target"] != r["prediction"]
+            assert r["lower_bound"] <= r["distance"]
+        r = svc.client.post(url, json={"instance": unproven[0], "on_budget": "error"})
+        assert r.status_code == 422 and r.json()["error"] == "budget_exceeded", r.text
+        r = svc.client.post(url, json={"instance": unproven[0]})
+        assert r.status_code == 200 and r.json()["optimal"] is False
+        schema = svc.client.get("/openapi.json").json()["components"]["schemas"]
+        assert "CFMAPS_QUERY_ON_BUDGET" in str(schema["CounterfactualRequest"])
+
+
 def test_request_time_limit(service_factory: Any, rf: Fitted) -> None:
     """``max_seconds`` in a request tightens the service's time budget, never loosens it."""
     x = rf.X[0].tolist()

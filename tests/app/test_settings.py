@@ -88,6 +88,7 @@ def test_gc_freeze_hides_the_startup_heap_from_the_collector(tmp_path, freeze: b
     ("CFMAPS_MAX_K", "1000", 1000),
     ("CFMAPS_SYNC_INTERVAL_SECONDS", "0.01", 0.01),
     ("CFMAPS_SYNC_INTERVAL_SECONDS", "3600", 3600),
+    ("CFMAPS_QUERY_ON_BUDGET", "best", "best"),
 ])
 def test_settings_read_as_documented(monkeypatch: pytest.MonkeyPatch, tmp_path, var: str,
                                      value: str, want: object) -> None:
@@ -111,6 +112,7 @@ def test_settings_read_as_documented(monkeypatch: pytest.MonkeyPatch, tmp_path, 
     # budget of 0 bytes each)
     ("CFMAPS_BUILD_JOBS", "100000000000"),
     ("CFMAPS_BUILD_WORKERS", "100000000000"),
+    ("CFMAPS_QUERY_ON_BUDGET", "approximate"),
 ])
 def test_settings_out_of_range_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path, var: str,
                                            value: str) -> None:
