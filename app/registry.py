@@ -283,7 +283,6 @@ def stats_dict(maps: CounterfactualMaps, class_names: list[Any]) -> dict[str, An
     }
 
 
-
 def _cursor_key(cursor: str) -> tuple[str, str]:
     """The (created_at, id) place a :meth:`Registry.page` cursor names; an
     :class:`InvalidInputError` for anything else."""
@@ -296,6 +295,7 @@ def _cursor_key(cursor: str) -> tuple[str, str]:
             "cursor is not one this service handed out: pass a page's next_cursor as it "
             "came, or none for the first page", "cursor")
     return key[0], key[1]
+
 
 class Registry:
     """All models of one data dir, keyed by id. Thread-safe.
