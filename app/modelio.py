@@ -217,7 +217,8 @@ def _is_xgboost_binary(head: bytes) -> bool:
         return False
     at += 8 + n
     k = int.from_bytes(head[at:at + 8], "little")
-    return head[at + 8:at + 8 + k] in _XGB_BOOSTERS
+    booster = head[at + 8:at + 8 + k]
+    return len(booster) == k and booster in _XGB_BOOSTERS
 
 
 def sniff(path: Path) -> ModelFormat:
