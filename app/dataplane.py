@@ -297,7 +297,8 @@ def map_picture(
         res = maps.counterfactual(x, target, norm=body.norm or limits.default_norm,
                                   immutable=held, max_boxes=limits.max_boxes,
                                   max_seconds=limits.max_seconds,
-                                  max_memory=limits.max_memory, threads=limits.threads)
+                                  max_memory=limits.max_memory, threads=limits.threads,
+                                  on_budget=limits.on_budget)
     except InvalidQueryError as exc:
         exc.field = _request_path(exc, True)
         raise

@@ -99,8 +99,10 @@ REQUEUED = "no process builds the model ({status}): its build is queued here"
 
 
 def now() -> str:
-    """Current UTC time, ISO 8601 to the second."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    """Current UTC time, ISO 8601 to the microsecond: the model list's order is by
+    creation time, and models uploaded within one second sorted by id instead (a page's
+    cursor then skipped one uploaded after it with a smaller id)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -288,7 +290,7 @@ def _cursor_key(cursor: str) -> tuple[str, str]:
     :class:`InvalidInputError` for anything else."""
     try:
         key = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError are too
+    except (binascii.Error, ValueError, RecursionError):  # (Unicode/JSONDecodeError too)
         key = None
     if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
         raise InvalidInputError(
@@ -359,9 +361,12 @@ class Registry:
         at most ``limit`` entries after ``cursor``, and the cursor of the next page
         (``None`` on the last).
 
-        The cursor names the last entry's place in that order, not its position, so pages
-        neither skip nor repeat a model when others are uploaded or deleted between them
-        (a model deleted meanwhile is simply not listed). It is opaque to clients.
+        The cursor names the last entry's place in that order, not its position: a model
+        uploaded between two pages comes on a later page (it was created after the
+        cursor's), one deleted meanwhile is simply not listed, and none is repeated. A
+        model that another process created earlier, but that this one has not read yet
+        (the data dir is read every ``CFMAPS_SYNC_INTERVAL_SECONDS``), may be missed by a
+        traversal under way. It is opaque to clients.
         """
         after = None if cursor is None else _cursor_key(cursor)
         entries = [e for e in self.list()

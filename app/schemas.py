@@ -391,8 +391,8 @@ class ModelInfo(BaseModel):
 
 
 class ModelList(BaseModel):
-    """A page of models by creation time, then id; ``next_cursor`` fetches the next page
-    (``null`` on the last one)."""
+    """A page of models by creation time (to the microsecond), then id; ``next_cursor``
+    fetches the next page (``null`` on the last one)."""
 
     models: list[ModelInfo]
     next_cursor: str | None

@@ -452,6 +452,15 @@ def test_best_found_by_the_services_default(service_factory: Any, rf: Fitted) ->
         assert r.status_code == 422 and r.json()["error"] == "budget_exceeded", r.text
         r = svc.client.post(url, json={"instance": unproven[0]})
         assert r.status_code == 200 and r.json()["optimal"] is False
+        # the map picture's counterfactual (within its slice) follows the same default:
+        # drawn when its search met one, a 422 only when it met none
+        drawn = 0
+        for x in unproven:
+            r = svc.client.post(f"/v1/models/{mid}/map.png", json={
+                "features": ["x0", "x1"], "instance": x, "width": 20, "height": 15})
+            assert r.status_code == 200 or "no best found" in r.json()["message"], r.text
+            drawn += r.status_code == 200
+        assert drawn > 0
         schema = svc.client.get("/openapi.json").json()["components"]["schemas"]
         assert "CFMAPS_QUERY_ON_BUDGET" in str(schema["CounterfactualRequest"])
 
