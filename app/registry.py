@@ -20,7 +20,9 @@ memory only, ``loading`` while a restarted service loads a ready model. At start
 * a model whose persisted status is ``queued`` or ``building`` was interrupted by a crash or
   a shutdown; its uploaded model file is on disk, so its build is queued again;
 * a ``ready`` model is loaded (model file and memory-mapped maps, checked against each
-  other by fingerprint). Maps of an older format are rebuilt from the model file. If
+  other by fingerprint). Maps of an older format are rebuilt from the model file, and so
+  are maps that do not match the file as this version reads it while the file is the one
+  uploaded (its SHA-256, ``model_sha256``, recorded then; or none recorded). If
   loading fails otherwise it is reported ``failed`` with the reason, in memory only: the
   files stay untouched so that repairing them (or fixing the configuration, e.g.
   ``CFMAPS_TRUST_PICKLE``) and restarting brings it back;
@@ -38,6 +40,7 @@ import binascii
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -155,6 +158,8 @@ class ModelEntry:
     error: str | None = None
     stats: dict[str, Any] | None = None
     fingerprint: str | None = None
+    # SHA-256 of the stored model file as uploaded (None: stored before it was recorded)
+    model_sha256: str | None = None
     progress: float = 0.0
     model: Any = None
     maps: CounterfactualMaps | None = None
@@ -267,6 +272,7 @@ class ModelEntry:
             "class_labels": self.class_labels,
             "stats": self.stats,
             "fingerprint": self.fingerprint,
+            "model_sha256": self.model_sha256,
             "progress": round(self.progress, 4),
         }
 
@@ -283,6 +289,15 @@ def stats_dict(maps: CounterfactualMaps, class_names: list[Any]) -> dict[str, An
         "thresholds_per_feature": [int(t) for t in s.thresholds_per_feature],
         "bytes_on_disk": int(s.bytes_on_disk),
     }
+
+
+def _sha256(path: Path) -> str:
+    """Hex SHA-256 of the file at ``path``, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _cursor_key(cursor: str) -> tuple[str, str]:
@@ -500,6 +515,7 @@ class Registry:
             error=status.get("error"),
             stats=status.get("stats"),
             fingerprint=status.get("fingerprint"),
+            model_sha256=status.get("model_sha256"),
             progress=float(status.get("progress") or 0.0),
         )
 
@@ -531,6 +547,11 @@ class Registry:
                           features=[], class_labels=[], class_names=None, created_at=ts,
                           updated_at=ts, error=self.public(message), unreadable=True)
 
+    def _file_as_uploaded(self, entry: ModelEntry) -> bool:
+        """Whether the stored model file is the one uploaded: its digest is the one
+        recorded then, or none was recorded (stored by an earlier version)."""
+        return entry.model_sha256 is None or entry.model_sha256 == _sha256(self.model_file(entry))
+
     def model_file(self, entry: ModelEntry) -> Path:
         """The stored (uploaded) model file of ``entry``."""
         return self.root / entry.id / modelio.FILE_NAMES[entry.format]
@@ -560,11 +581,21 @@ class Registry:
             # the model once and checks it is the one the maps were built from
             try:
                 maps.attach_model(model)
-            except ArtifactError as exc:
-                raise InvalidInputError(
-                    "the maps do not belong to the model file next to them") from exc
-            if entry.fingerprint is not None and entry.fingerprint != maps.fingerprint:
-                raise InvalidInputError("the maps do not belong to the model file next to them")
+                belong = entry.fingerprint is None or entry.fingerprint == maps.fingerprint
+            except ArtifactError:
+                belong = False
+            if not belong:
+                if not self._file_as_uploaded(entry):
+                    raise InvalidInputError(
+                        "the maps do not belong to the model file next to them: the file "
+                        "changed since its upload")
+                # The file is the one uploaded (or its upload recorded no digest), so this
+                # version reads it differently (an adapter fixed: XGBoost 1.5's categorical
+                # rule changed the maps of such models): its maps are rebuilt from it.
+                log.warning("model %s: the maps do not match the model file as this version "
+                            "reads it; rebuilding its maps", entry.id)
+                self._queue_again(entry)
+                return
             if maps.feature_names != [f["name"] for f in entry.features]:
                 raise InvalidInputError("the maps' features differ from spec.json")
             # the classes the answers are named by (hand-edited files had every query
@@ -695,6 +726,7 @@ class Registry:
             schema = _schema_for(spec, ens)
             names = _class_names(spec, labels)
             os.replace(raw_path, tmp / modelio.FILE_NAMES[fmt])
+            digest = _sha256(tmp / modelio.FILE_NAMES[fmt])
             ts = now()
             entry = ModelEntry(
                 id=model_id,
@@ -708,6 +740,7 @@ class Registry:
                 created_at=ts,
                 updated_at=ts,
                 fingerprint=ens.fingerprint(),
+                model_sha256=digest,
                 model=model,
                 raw_classes=list(model.classes_),
                 # Claimed for this process's build before the directory shows, when this

@@ -107,6 +107,32 @@ def test_maps_of_an_older_format_are_rebuilt(service_factory: Any, rf: Fitted) -
         assert r.status_code == 200
 
 
+@pytest.mark.parametrize("recorded", [True, False])
+def test_maps_that_no_longer_match_the_uploaded_file_are_rebuilt(
+        service_factory: Any, rf: Fitted, recorded: bool) -> None:
+    """The model file as uploaded (its recorded SHA-256 matches, or an earlier version
+    recorded none) but maps of another reading of it, as after an adapter fix (XGBoost
+    1.5's categorical rule): rebuilt from the file, not failed. Here another model's maps
+    stand in for the old reading."""
+    with service_factory() as svc:
+        data_dir = svc.settings.data_dir
+        model_id, other = svc.add(rf.skops), svc.add(
+            sio.dumps(RandomForestClassifier(4, max_depth=2, random_state=1).fit(rf.X, rf.y)))
+    d = data_dir / "models"
+    status = json.loads((d / model_id / "status.json").read_text())
+    assert len(status["model_sha256"]) == 64
+    if not recorded:
+        del status["model_sha256"]
+        (d / model_id / "status.json").write_text(json.dumps(status))
+    shutil.rmtree(d / model_id / "maps")
+    shutil.copytree(d / other / "maps", d / model_id / "maps")
+    with service_factory(data_dir=data_dir) as svc:
+        info = _wait_ready(svc, model_id)
+        assert info["status"] == "ready", info
+        r = svc.client.post(f"/v1/models/{model_id}/predict", json={"instances": rf.X[:50].tolist()})
+        assert [p["prediction"] for p in r.json()["results"]] == rf.model.predict(rf.X[:50]).tolist()
+
+
 def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -> None:
     with service_factory() as svc:
         data_dir = svc.settings.data_dir
