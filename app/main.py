@@ -41,7 +41,7 @@ from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
 from .routes.lean import LeanDispatch
-from .schemas import NORM_DEFAULT_WORDS
+from .schemas import NORM_DEFAULT_WORDS, ON_BUDGET_DEFAULT_WORDS
 from .security import CREDENTIAL_CHECKS, require_admin
 from .settings import Settings
 
@@ -303,10 +303,11 @@ def _sync_loop(registry: Registry, settings: Settings, stop: threading.Event) ->
 
 def _state_limits_in_openapi(app: FastAPI, settings: Settings,
                              admin: set[tuple[str, str]]) -> None:
-    """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH, CFMAPS_MAP_MAX_SIDE)
-    into the request schemas, so that the document says which requests are valid here, and
-    the conventions of :func:`_document_conventions` (``admin``: its operations that check
-    the admin token)."""
+    """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH, CFMAPS_MAP_MAX_SIDE) and
+    defaults (CFMAPS_DEFAULT_NORM, CFMAPS_QUERY_ON_BUDGET) into the request schemas, so that
+    the document says which requests are valid here and what they get, and the conventions
+    of :func:`_document_conventions` (``admin``: its operations that check the admin
+    token)."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -324,6 +325,9 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings,
                 if "norm" in props:  # the default this service applies
                     props["norm"]["description"] = props["norm"]["description"].replace(
                         f"default {NORM_DEFAULT_WORDS}.", f"default {settings.default_norm}.", 1)
+                if "on_budget" in props:  # likewise
+                    props["on_budget"]["description"] = props["on_budget"]["description"].replace(
+                        ON_BUDGET_DEFAULT_WORDS, f"here `{settings.query_on_budget}`", 1)
             if "MapRequest" in schemas:  # the map picture's routes are served
                 # the limit, and the default size as fitted to it
                 fitted = default_map_size(settings.map_max_side)

@@ -88,6 +88,9 @@ Instance = Annotated[
 #: How the norm's description states the default (the service's ``CFMAPS_DEFAULT_NORM``
 #: replaces it in its OpenAPI document: app.main).
 NORM_DEFAULT_WORDS = "l1"
+#: ``on_budget``'s description names the service's default with these words; the served
+#: OpenAPI document puts the configured value in their place (app.main).
+ON_BUDGET_DEFAULT_WORDS = "`error` unless configured"
 #: A map picture's size when the request gives none, shrunk to fit ``CFMAPS_MAP_MAX_SIDE``
 #: (:func:`app.dataplane.check_map_size`).
 MAP_DEFAULT_SIZE = (480, 360)
@@ -256,7 +259,7 @@ class CounterfactualRequest(_InstancesRequest):
         "`budget_exceeded` (every answer certified optimal); `best` answers with the "
         "nearest counterfactual the search found, valid but perhaps not the nearest: "
         "`optimal` false and `lower_bound` a certified lower bound of the optimal distance. "
-        "Omitted: the service's `CFMAPS_QUERY_ON_BUDGET` (`error` unless configured).",
+        f"Omitted: the service's `CFMAPS_QUERY_ON_BUDGET` ({ON_BUDGET_DEFAULT_WORDS}).",
     )
 
 

@@ -462,7 +462,8 @@ def test_best_found_by_the_services_default(service_factory: Any, rf: Fitted) ->
             drawn += r.status_code == 200
         assert drawn > 0
         schema = svc.client.get("/openapi.json").json()["components"]["schemas"]
-        assert "CFMAPS_QUERY_ON_BUDGET" in str(schema["CounterfactualRequest"])
+        doc = schema["CounterfactualRequest"]["properties"]["on_budget"]["description"]
+        assert "`CFMAPS_QUERY_ON_BUDGET` (here `best`)" in doc, doc
 
 
 def test_request_time_limit(service_factory: Any, rf: Fitted) -> None:
