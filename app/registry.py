@@ -40,7 +40,6 @@ import binascii
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -72,6 +71,7 @@ from maps_core import (
 from maps_core.adapters import check_flattened
 from maps_core.exceptions import SchemaError, UnsupportedModelError
 from maps_core.schema import first_misnamed
+from maps_core.storage import file_sha256
 
 from . import modelio
 from .errors import (
@@ -289,15 +289,6 @@ def stats_dict(maps: CounterfactualMaps, class_names: list[Any]) -> dict[str, An
         "thresholds_per_feature": [int(t) for t in s.thresholds_per_feature],
         "bytes_on_disk": int(s.bytes_on_disk),
     }
-
-
-def _sha256(path: Path) -> str:
-    """Hex SHA-256 of the file at ``path``, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _cursor_key(cursor: str) -> tuple[str, str]:
@@ -550,7 +541,7 @@ class Registry:
     def _file_as_uploaded(self, entry: ModelEntry) -> bool:
         """Whether the stored model file is the one uploaded: its digest is the one
         recorded then, or none was recorded (stored by an earlier version)."""
-        return entry.model_sha256 is None or entry.model_sha256 == _sha256(self.model_file(entry))
+        return entry.model_sha256 is None or entry.model_sha256 == file_sha256(self.model_file(entry))
 
     def model_file(self, entry: ModelEntry) -> Path:
         """The stored (uploaded) model file of ``entry``."""
@@ -726,7 +717,7 @@ class Registry:
             schema = _schema_for(spec, ens)
             names = _class_names(spec, labels)
             os.replace(raw_path, tmp / modelio.FILE_NAMES[fmt])
-            digest = _sha256(tmp / modelio.FILE_NAMES[fmt])
+            digest = file_sha256(tmp / modelio.FILE_NAMES[fmt])
             ts = now()
             entry = ModelEntry(
                 id=model_id,

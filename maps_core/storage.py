@@ -81,7 +81,8 @@ def _content_digest(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of the file at ``path``, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -192,7 +193,7 @@ def save_artifact(maps: Artifact, path: str | os.PathLike[str], *,
                 "file": fname,
                 "dtype": str(np.asarray(arr).dtype),
                 "shape": list(np.asarray(arr).shape),
-                "sha256": _sha256(tmp / fname),
+                "sha256": file_sha256(tmp / fname),
             }
         size = sum((tmp / e["file"]).stat().st_size for e in entries.values())
         stats = asdict(maps.stats)
@@ -444,7 +445,7 @@ def _load_arrays(path: Path, entries: dict[str, Any], mmap: bool, verify: bool) 
         if not fpath.is_file():
             raise CorruptArtifactError(f"{path}: missing array file {e['file']}")
         try:
-            if verify and _sha256(fpath) != e["sha256"]:
+            if verify and file_sha256(fpath) != e["sha256"]:
                 raise CorruptArtifactError(f"{path}: {e['file']} does not match its checksum")
             arr = np.load(fpath, mmap_mode="r" if mmap else None, allow_pickle=False)
         except OSError as exc:
@@ -488,5 +489,5 @@ def _check_consistency(ens: FlatEnsemble, grid: Grid, part: Partition, index: KD
             raise CorruptArtifactError("labels out of range")
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Artifact", "check_save_path", "load_artifact",
-           "save_artifact"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "Artifact", "check_save_path", "file_sha256",
+           "load_artifact", "save_artifact"]
