@@ -1,25 +1,31 @@
 """Memory budgets of a build and of a query, in bytes, and the memory and processors a
 process may count on.
 
-A build's memory grows with the rectangles it certifies, and each rectangle costs in
-proportion to the number of features: its cell ranges are copied through extraction,
-sibling merging, the per-class KD-trees (float64 bounds) and saving. Measured peak growth
-over the process's baseline (``ru_maxrss``, this 2-core machine, scikit-learn models on
-the loan data):
+A build's memory grows with the rectangles it certifies and the regions it leaves mixed,
+and each costs in proportion to the number of features: its cell ranges (int32) through
+extraction and sibling merging, the per-class KD-trees (float64 node bounds, one node per
+about four entries; a rectangle's real bounds are read through the grid, never copied)
+and the compacted copies saving writes. Measured peak growth over the process's baseline
+(``ru_maxrss``, build then save, this 2-core machine, scikit-learn models on the loan data;
+rectangles and mixed regions counted together):
 
-===========================  ==  ===========  ================  =====================
-model                        m   rectangles   peak growth       bytes / rectangle / m
-===========================  ==  ===========  ================  =====================
-Credit GB 100x3              28  0.10M        193 MB            66
-Credit GB 100x3              28  1.02M        1.92 GB           67
-Credit RF 100x5              28  0.41M        786 MB            68
-Adult GB 100x3               41  0.61M        1.60 GB           64
-===========================  ==  ===========  ================  =====================
+===========================  ====  ===========  ================  =====================
+model                        m     boxes        peak growth       bytes / box / m
+===========================  ====  ===========  ================  =====================
+Credit GB 100x3              28    0.10M        60 MB             21.8
+Credit GB 100x3              28    1.02M        749 MB            27.4
+Credit RF 100x5              28    0.41M        292 MB            26.5
+Credit RF 200x8              28    0.27M        212 MB            29.8
+Adult GB 100x3               41    0.61M        628 MB            26.4
+RF 20x5, Gaussian features   1000  3,738        74 MB             20.8
+===========================  ====  ===========  ================  =====================
 
-So :func:`rectangles_within` allows ``max_memory / (BYTES_PER_RECTANGLE_FEATURE * m +
-BYTES_PER_RECTANGLE)`` rectangles, with the constants above the measured 68 bytes (the
-growth is the build's own: the process's baseline, the model and its training data are
-not counted).
+(Until the KD-trees read the grid instead of float64 copies of every rectangle's bounds,
+the peak was 64-68 bytes per box and feature, in the index's temporaries.) So
+:func:`rectangles_within` allows ``max_memory / (BYTES_PER_RECTANGLE_FEATURE * m +
+BYTES_PER_RECTANGLE)`` boxes, the constants at least 1.38x the measured peaks on these
+models (the growth is the build's own: the process's baseline, the model and its
+training data are not counted).
 
 A query's memory is the boxes of mixed regions its search holds while they wait in its
 queue: :func:`bytes_per_box` each (cell ranges, the node each tree has reached, the summed
@@ -38,6 +44,8 @@ import os
 from pathlib import Path
 
 __all__ = [
+    "BYTES_PER_ENTRY",
+    "BYTES_PER_ENTRY_FEATURE",
     "BYTES_PER_RECTANGLE",
     "BYTES_PER_RECTANGLE_FEATURE",
     "available_memory",
@@ -49,18 +57,29 @@ __all__ = [
     "usable_cpus",
 ]
 
-#: Peak bytes per certified rectangle and feature (measured 64-68, see the module docs).
-BYTES_PER_RECTANGLE_FEATURE = 80
+#: Peak bytes per box (rectangle or mixed region) and feature (measured 21-30, see the
+#: module docs).
+BYTES_PER_RECTANGLE_FEATURE = 32
 #: Peak bytes per rectangle whatever the number of features (labels, ids, slack).
 BYTES_PER_RECTANGLE = 256
+#: Peak bytes per extra KD-tree entry and feature: a mixed region is indexed under every
+#: class, so past two classes each class adds an entry (about a third of a node of two
+#: float64 bounds per feature, 5.3 bytes) ...
+BYTES_PER_ENTRY_FEATURE = 6
+#: ... and its node links and place in the order (16 bytes).
+BYTES_PER_ENTRY = 16
 #: The smallest rectangle budget a memory budget yields: a build always gets started.
 MIN_RECTANGLES = 1_000
 
 
-def rectangles_within(max_memory: int, n_features: int) -> int:
-    """The most rectangles a build on ``n_features`` features may certify within
-    ``max_memory`` bytes of growth (at least :data:`MIN_RECTANGLES`)."""
-    per = BYTES_PER_RECTANGLE_FEATURE * max(1, n_features) + BYTES_PER_RECTANGLE
+def rectangles_within(max_memory: int, n_features: int, n_classes: int = 2) -> int:
+    """The most boxes (rectangles and mixed regions) a build on ``n_features`` features
+    and ``n_classes`` classes may hold within ``max_memory`` bytes of growth (at least
+    :data:`MIN_RECTANGLES`). Past two classes every box is priced as a mixed region, with
+    an index entry per class: how many stay mixed is known only at the end."""
+    m = max(1, n_features)
+    per = (BYTES_PER_RECTANGLE_FEATURE * m + BYTES_PER_RECTANGLE
+           + max(0, n_classes - 2) * (BYTES_PER_ENTRY_FEATURE * m + BYTES_PER_ENTRY))
     return max(MIN_RECTANGLES, int(max_memory) // per)
 
 

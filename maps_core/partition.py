@@ -706,7 +706,7 @@ def extract(
     # 300 MB: 1.9 GB, 16,776 regions left mixed with 100 rectangles certified).
     box_cap, box_what = None, ""
     if max_memory is not None:
-        box_cap = rectangles_within(max_memory, m)
+        box_cap = rectangles_within(max_memory, m, ens.n_classes)
         box_what = (f"memory ({max_memory:,} bytes: {box_cap:,} rectangles and mixed regions "
                     f"on {m} features)")
     over: list[str] = []

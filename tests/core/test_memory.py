@@ -127,3 +127,17 @@ def test_the_memory_budget_counts_the_regions_left_mixed() -> None:
     assert np.array_equal(maps.predict(P), model.predict(P))
     for r in maps.counterfactuals(X[:3], norm="linf"):
         assert model.predict(r.best.x[None])[0] == r.target
+
+
+def test_past_two_classes_a_box_is_priced_with_an_index_entry_per_class() -> None:
+    """A mixed region is indexed under every class (each entry a third of a node of two
+    float64 bounds per feature, plus links), and how many regions stay mixed is known
+    only at the end: past two classes every box is priced as one."""
+    from maps_core._memory import BYTES_PER_ENTRY, BYTES_PER_ENTRY_FEATURE
+
+    budget = 1 << 30
+    assert rectangles_within(budget, 28, 2) == rectangles_within(budget, 28)
+    per10 = (BYTES_PER_RECTANGLE_FEATURE * 28 + BYTES_PER_RECTANGLE
+             + 8 * (BYTES_PER_ENTRY_FEATURE * 28 + BYTES_PER_ENTRY))
+    assert rectangles_within(budget, 28, 10) == budget // per10
+    assert rectangles_within(budget, 28, 3) < rectangles_within(budget, 28, 2)
