@@ -207,37 +207,45 @@ class ModelEntry:
             self._display = dict(zip(self.class_labels, self.classes, strict=True))
         return self._display.get(key, key)
 
-    def resolve_target(self, target: Any) -> Any:
-        """The model's own label for a requested target class (None: none asked for), the
-        one place the service resolves them: a display name, else a label as the engine
-        reads it (:meth:`maps_core.CounterfactualMaps.target_index`: ``1``, ``1.0``, the
-        text ``"1"``, or ``"1"`` for label 1.0, as a query string carries it).
+    def target_resolver(self) -> Callable[[Any], Any]:
+        """The resolver of requested targets for a query answered with this model's maps
+        as they are now (a query waits for a worker thread, and a delete meanwhile takes
+        the entry's maps away: the query still answers with the maps it was given).
+
+        The resolver returns the model's own label for a requested target class (None:
+        none asked for), the one place the service resolves them: a display name, else a
+        label as the engine reads it (:meth:`maps_core.CounterfactualMaps.target_index`:
+        ``1``, ``1.0``, the text ``"1"``, or ``"1"`` for label 1.0, as a query string
+        carries it).
 
         Display names win over labels when both could match (``"1"`` names the class whose
         display name is "1", not label 1), because clients echo back what responses show.
-
-        Raises
-        ------
-        InvalidQueryError
-            For an unknown class, naming the classes as the responses show them (the engine
-            would name the model's own labels, ``[0, 1]`` for classes a client knows as
-            ``["neg", "pos"]``); the engine's own error for a target that is no label.
+        For an unknown class it raises :class:`InvalidQueryError` naming the classes as
+        the responses show them (the engine would name the model's own labels, ``[0, 1]``
+        for classes a client knows as ``["neg", "pos"]``); the engine's own error for a
+        target that is no label.
         """
-        if target is None:
-            return None
+        maps = self.maps
+        assert maps is not None, "targets are resolved for ready models"
         raw = self.raw_classes or self.class_labels
-        if self.class_names and isinstance(target, str):
-            for i, n in enumerate(self.class_names):
-                if n == target:
-                    return raw[i]
-        assert self.maps is not None, "targets are resolved for ready models"
-        if not isinstance(target, str | int | float | bool):
-            return target  # the engine says what is wrong with it
-        try:
-            return raw[self.maps.target_index(target)]
-        except InvalidQueryError as exc:
-            raise InvalidQueryError(f"unknown class {target!r}; classes are {self.classes}",
-                                    "target") from exc
+        names, classes = self.class_names, self.classes
+
+        def resolve(target: Any) -> Any:
+            if target is None:
+                return None
+            if names and isinstance(target, str):
+                for i, n in enumerate(names):
+                    if n == target:
+                        return raw[i]
+            if not isinstance(target, str | int | float | bool):
+                return target  # the engine says what is wrong with it
+            try:
+                return raw[maps.target_index(target)]
+            except InvalidQueryError as exc:
+                raise InvalidQueryError(f"unknown class {target!r}; classes are {classes}",
+                                        "target") from exc
+
+        return resolve
 
     def info(self) -> dict[str, Any]:
         """The public description (``GET /v1/models/{id}``)."""

@@ -92,7 +92,7 @@ async def counterfactuals(
     limits = _limits(settings)
     check_answers(n, body.k, limits)
     query = functools.partial(counterfactual_answer, entry.maps, entry.codec, body, limits,
-                              resolve_target=entry.resolve_target, display=entry.display)
+                              resolve_target=entry.target_resolver(), display=entry.display)
     with charged(request, n * min(int(body.k), settings.max_k)):
         # CPU-bound engine work runs in a worker thread so that the event loop keeps
         # serving, unless it is bounded and short (runs_inline): then the hop costs more.
@@ -173,7 +173,7 @@ async def _picture(model_id: str, body: MapRequest, registry: Any, settings: Any
                  advice="ask for a smaller picture"):
         png, headers = await in_thread(
             map_picture, entry.maps, entry.codec, body, _limits(settings),
-            resolve_target=entry.resolve_target, display=entry.display,
+            resolve_target=entry.target_resolver(), display=entry.display,
         )
     return Response(png, media_type="image/png", headers={**headers, "Cache-Control": "no-store"})
 

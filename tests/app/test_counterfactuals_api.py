@@ -489,3 +489,49 @@ def test_request_time_limit(service_factory: Any, rf: Fitted) -> None:
         r = svc.client.post(url, json={"instance": x, "max_seconds": 2.5})
         assert r.status_code == 200 and r.json()["optimal"] is True
         assert r.json()["lower_bound"] == r.json()["distance"]
+
+
+@pytest.mark.parametrize("route", ["counterfactuals", "map.png"])
+def test_a_query_waiting_for_its_thread_survives_a_delete(
+    rf_service: tuple[Service, str], rf: Fitted, monkeypatch: pytest.MonkeyPatch, route: str
+) -> None:
+    """A query naming its target by label waits for a worker thread; a DELETE answered
+    meanwhile took the entry's maps away, and the target's resolution, done in the
+    thread, failed an assert: a 500 (QA, session 61). The query answers with the maps it
+    was given."""
+    import threading
+
+    import app.routes.counterfactuals as routes
+
+    svc, model_id = rf_service
+    started, release = threading.Event(), threading.Event()
+    name = "counterfactual_answer" if route == "counterfactuals" else "map_picture"
+    real = getattr(routes, name)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        started.set()
+        assert release.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(routes, name, held)
+    monkeypatch.setattr(routes, "runs_inline", lambda *a: False)
+    x = {n: float(v) for n, v in zip(NAMES, rf.X[0], strict=True)}
+    target = int(1 - rf.model.predict(rf.X[:1])[0])
+    body: dict[str, Any] = {"instance": x, "target": target}
+    if route == "map.png":
+        body["features"] = NAMES[:2]
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(
+        svc.client.post(f"/v1/models/{model_id}/{route}", json=body)))
+    t.start()
+    assert started.wait(30)
+    assert svc.client.delete(f"/v1/models/{model_id}").status_code == 204
+    release.set()
+    t.join(60)
+    r = out[0]
+    assert r.status_code == 200, r.text
+    if route == "counterfactuals":
+        assert r.json()["target"] == target
+        cf = _vec(r.json()["counterfactual"], NAMES)
+        assert rf.model.predict(cf[None])[0] == target
+    assert svc.client.get(f"/v1/models/{model_id}").status_code == 404
