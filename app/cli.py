@@ -331,15 +331,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.main import create_app
     from app.observability import WORKER_LOG_ENV, configure_logging
     from app.server import PROTOCOL
-    from app.settings import unknown_settings
+    from app.settings import MAX_WORKERS, unknown_settings
 
     if args.data_dir:
         # Worker processes read their settings from the environment.
         os.environ["CFMAPS_DATA_DIR"] = str(Path(args.data_dir))
     settings = _make_settings(None)
     workers = args.workers if args.workers is not None else settings.workers
-    if workers < 1:
-        raise CLIError("--workers must be at least 1")
+    if not 1 <= workers <= MAX_WORKERS:
+        raise CLIError(f"--workers must be between 1 and {MAX_WORKERS}")
     try:  # here, as one line, rather than as a traceback from the app's start-up
         settings.models_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

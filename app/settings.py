@@ -23,6 +23,10 @@ MiB = 1024 * 1024
 #: Largest byte budget (1 PiB): past about 6e18 a build worker's address-space limit
 #: (RLIMIT_AS, 1.5 times the budget) no longer fits the kernel's 64-bit value.
 MAX_BYTES = 1 << 50
+#: Most processes ``cfmaps serve`` starts: each is a whole Python process with its own
+#: loaded models (about 300 MB before any), so a typo such as 100000 would fork the
+#: machine to a stall rather than serve (QA, session 61).
+MAX_WORKERS = 64
 
 
 def parse_byte_size(text: str) -> int:
@@ -174,7 +178,8 @@ class Settings(BaseSettings):
         How often the process reads the data dir for what other processes changed
         (models added, built, deleted; build progress).
     workers : int
-        Processes ``cfmaps serve`` starts over the data dir (``--workers``).
+        Processes ``cfmaps serve`` starts over the data dir (``--workers``), at most
+        :data:`MAX_WORKERS` (64).
     gc_freeze : bool
         At start and once the stored models are loaded, hide the objects alive then from
         Python's cyclic garbage collector (:func:`gc.freeze`): a full collection otherwise
@@ -218,7 +223,7 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = "text"
     shutdown_grace_seconds: float = Field(default=30.0, gt=0)
     role: Literal["all", "api", "builder"] = "all"
-    workers: int = Field(default=1, gt=0)
+    workers: int = Field(default=1, gt=0, le=MAX_WORKERS)
     # at least 10 ms (a pass reads every model's status: shorter keeps a core busy), at most
     # an hour (replicas must see each other's deletes)
     sync_interval_seconds: float = Field(default=0.5, ge=0.01, le=3600)

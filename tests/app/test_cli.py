@@ -540,6 +540,21 @@ def test_a_setting_out_of_range_is_an_error_message_not_a_traceback(
     assert err == "cfmaps: error: CFMAPS_MAX_BATCH: Input should be greater than 0\n"
 
 
+def test_a_worker_count_past_its_bound_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """CFMAPS_WORKERS had no upper bound: 100000 forked processes until the machine
+    stalled (QA, session 61)."""
+    monkeypatch.setenv("CFMAPS_WORKERS", "100000")
+    code, _, err = _run(capsys, "serve", "--port", "1", "--data-dir", str(tmp_path))
+    assert (code, err) == (1, "cfmaps: error: CFMAPS_WORKERS: Input should be less than or "
+                              "equal to 64\n")
+    monkeypatch.delenv("CFMAPS_WORKERS")
+    code, _, err = _run(capsys, "serve", "--port", "1", "--data-dir", str(tmp_path),
+                        "--workers", "65")
+    assert (code, err) == (1, "cfmaps: error: --workers must be between 1 and 64\n")
+
+
 def test_serve_names_a_bad_log_level(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
