@@ -897,16 +897,21 @@ class Registry:
     def behind(self, model_id: str) -> bool:
         """Whether the data dir may know more about ``model_id`` than this process: it is
         unknown here but has a directory, or another process changed its status since the
-        last sync pass, or a sync pass is loading it. Cheap (a ``stat``); see
-        :meth:`catch_up`."""
+        last sync pass, or deleted a model this process holds ready or failed, or a sync
+        pass is loading it. Cheap (a ``stat``); see :meth:`catch_up`."""
         entry = self._entries.get(model_id)
         if entry is None:
             # Ids are ``uuid4().hex``: anything else (a client's typo, a fuzzer's 2 KB of
             # combining marks) is not looked up on disk at all.
             return (_MODEL_ID.fullmatch(model_id) is not None
                     and model_id not in self._deleted and (self.root / model_id).is_dir())
-        if entry.building_here or entry.status in ("ready", "failed"):
+        if entry.building_here:
             return False
+        if entry.status in ("ready", "failed"):
+            # Their status does not change elsewhere, but another process may delete them:
+            # a client told 204 there must get 404 here, not the model until the next sync
+            # pass (with two workers, half of the requests right after a DELETE did).
+            return not (self.root / model_id).is_dir()
         if entry.status == "loading":
             return self.loaded.is_set()  # a sync pass loads it (not the start-up loader)
         return _stamp(self.root / model_id / STATUS_FILE) != entry.seen_stamp

@@ -149,6 +149,27 @@ def test_a_model_building_elsewhere_and_deleted_there_is_gone_here_at_once(
         assert b.client.get(f"/v1/models/{model_id}").status_code == 404
 
 
+def test_a_ready_model_deleted_elsewhere_is_gone_here_at_once(
+    service_factory: Callable[..., Any], rf: Fitted, tmp_path: Any
+) -> None:
+    """b serves the model ready; deleted through a (204), b answered it ready and its
+    queries 200 until its next sync pass (QA, session 61: with two workers, 15 of 30
+    GETs right after a DELETE). Now 404 at once, and a second DELETE there is a 404."""
+    data = tmp_path / "shared"
+    hour = {"sync_interval_seconds": 3600.0}
+    x = rf.X[0].tolist()
+    with (service_factory(data_dir=data, **hour) as a,
+          service_factory(data_dir=data, role="api", **hour) as b):
+        model_id = a.add(rf.skops)
+        url = f"/v1/models/{model_id}/counterfactuals"
+        assert b.client.post(url, json={"instance": x}).status_code == 200
+        assert a.client.delete(f"/v1/models/{model_id}").status_code == 204
+        assert b.client.get(f"/v1/models/{model_id}").status_code == 404
+        assert b.client.post(url, json={"instance": x}).status_code == 404
+        assert model_id not in {m["id"] for m in b.client.get("/v1/models").json()["models"]}
+        assert b.client.delete(f"/v1/models/{model_id}").status_code == 404
+
+
 class _Watched:
     """A registry's lock that checks, at every release, that no entry is ready without
     its maps (what a request would see in between)."""
