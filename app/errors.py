@@ -15,6 +15,7 @@ it is logged with its traceback and answered with a JSON 500 that leaks nothing.
 
 from __future__ import annotations
 
+import email.message
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -315,6 +316,20 @@ def bug_response(method: str, path: str) -> JSONResponse:
     )
 
 
+def _read_as_json(content_type: str | None) -> bool:
+    """Whether FastAPI reads a body with this ``Content-Type`` as JSON: its own rule, an
+    ``application/json`` or ``application/*+json`` media type in any case (a body it
+    cannot read is then its 400 "error parsing the body", answered here as the 422 of a
+    body that is no JSON; checking for the lower-case prefix alone answered
+    ``Application/JSON`` and ``application/vnd.api+json`` with a 400)."""
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json"))
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers on ``app``."""
 
@@ -336,8 +351,7 @@ def install(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        if exc.status_code == 400 and request.headers.get("content-type", "").startswith(
-                "application/json"):
+        if exc.status_code == 400 and _read_as_json(request.headers.get("content-type")):
             # FastAPI's answer when json.loads fails other than by a syntax error (which is
             # the 422 "body" above): as that one, naming the body and why
             return JSONResponse(error_body(

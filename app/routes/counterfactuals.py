@@ -54,7 +54,7 @@ ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
 _ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorResponse, "description": d}
     for s, d in {
-        400: "Malformed body (not JSON, or a broken encoding)",
+        400: "Malformed request (a body that is no JSON this service reads is the 422 naming `body`)",
         401: "Missing bearer token",
         403: "Wrong token",
         404: "Unknown model",

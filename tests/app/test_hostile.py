@@ -200,6 +200,24 @@ def test_batch_too_large_is_413(strict_service: Any) -> None:
         assert ok.status_code == 200
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "Application/JSON",
+                                          "application/json; charset=utf-8",
+                                          "application/vnd.api+json"])
+def test_a_body_fastapi_reads_as_json_but_cannot_is_422_in_any_case(
+    strict_service: Any, content_type: str
+) -> None:
+    """FastAPI reads any application/json or application/*+json body as JSON, in any
+    case; one it could not read was the 422 naming the body only when the Content-Type
+    began with lower-case "application/json", else a 400 with no field (QA, session 61)."""
+    svc, model_id = strict_service
+    url = f"/v1/models/{model_id}/counterfactuals"
+    for body in (('{"instance": [' + "9" * 5000 + ', 0.2, 0.3, 0.4, 0.5]}').encode(),
+                 b'{"instance": "\xff\xfe"}'):  # not UTF-8
+        r = svc.client.post(url, content=body, headers={"content-type": content_type})
+        assert r.status_code == 422, (content_type, r.text)
+        assert (r.json()["error"], r.json()["field"]) == ("invalid_input", "body")
+
+
 def test_body_too_large_is_413_declared_or_streamed(strict_service: Any) -> None:
     svc, model_id = strict_service
     url = f"/v1/models/{model_id}/counterfactuals"
