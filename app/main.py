@@ -303,7 +303,8 @@ def _sync_loop(registry: Registry, settings: Settings, stop: threading.Event) ->
 
 def _state_limits_in_openapi(app: FastAPI, settings: Settings,
                              admin: set[tuple[str, str]]) -> None:
-    """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH, CFMAPS_MAP_MAX_SIDE) and
+    """Write this service's limits (CFMAPS_MAX_K, CFMAPS_MAX_BATCH, CFMAPS_MAP_MAX_SIDE,
+    CFMAPS_QUERY_MAX_SECONDS) and
     defaults (CFMAPS_DEFAULT_NORM, CFMAPS_QUERY_ON_BUDGET) into the request schemas, so that
     the document says which requests are valid here and what they get, and the conventions
     of :func:`_document_conventions` (``admin``: its operations that check the admin
@@ -325,6 +326,12 @@ def _state_limits_in_openapi(app: FastAPI, settings: Settings,
                 if "norm" in props:  # the default this service applies
                     props["norm"]["description"] = props["norm"]["description"].replace(
                         f"default {NORM_DEFAULT_WORDS}.", f"default {settings.default_norm}.", 1)
+                if "max_seconds" in props and settings.query_max_seconds is not None:
+                    # int | None: the schema is an anyOf; state the number's limit (a
+                    # schema-valid 60 was a 422 "at most 30")
+                    for branch in props["max_seconds"].get("anyOf", [props["max_seconds"]]):
+                        if branch.get("type") == "number":
+                            branch["maximum"] = settings.query_max_seconds
                 if "on_budget" in props:  # likewise
                     props["on_budget"]["description"] = props["on_budget"]["description"].replace(
                         ON_BUDGET_DEFAULT_WORDS, f"here `{settings.query_on_budget}`", 1)

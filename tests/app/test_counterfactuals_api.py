@@ -272,6 +272,27 @@ def test_default_norm_setting(service_factory: Any, rf: Fitted) -> None:
         assert "default l1" not in props["norm"]["description"]
 
 
+def test_openapi_states_the_query_time_limit(service_factory: Any, rf: Fitted) -> None:
+    """max_seconds carried only its exclusive minimum, so a schema-valid 60 was a 422
+    "at most 30" (QA, session 61): the document states the configured limit, and a value
+    at it is answered."""
+    with service_factory(query_max_seconds=12.5) as svc:
+        model_id = svc.add(rf.skops)
+        props = svc.client.get("/openapi.json").json()["components"]["schemas"][
+            "CounterfactualRequest"]["properties"]
+        number = [b for b in props["max_seconds"]["anyOf"] if b.get("type") == "number"]
+        assert number == [{"type": "number", "exclusiveMinimum": 0.0, "maximum": 12.5}]
+        url = f"/v1/models/{model_id}/counterfactuals"
+        x = rf.X[0].tolist()
+        assert svc.client.post(url, json={"instance": x, "max_seconds": 12.5}).status_code == 200
+        r = svc.client.post(url, json={"instance": x, "max_seconds": 12.6})
+        assert r.status_code == 422 and r.json()["field"] == "max_seconds"
+    with service_factory(query_max_seconds=None) as svc:  # no limit: none stated
+        props = svc.client.get("/openapi.json").json()["components"]["schemas"][
+            "CounterfactualRequest"]["properties"]
+        assert all("maximum" not in b for b in props["max_seconds"]["anyOf"])
+
+
 def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:
     """CFMAPS_QUERY_MAX_BOXES bounds the mixed-region search of each instance: on maps a
     build left mixed regions in, a query that needs more boxes is a 422 budget_exceeded
