@@ -414,8 +414,9 @@ class CounterfactualMaps:
             dealt out among that many parts, which share the nearest target met; each
             part may pop ``max_boxes`` boxes and gets ``1 / threads`` of ``max_memory``.
             A batch's rows are dealt out among them when they are expected to take
-            :data:`maps_core.query.PARALLEL_SECONDS` or more. The answers do not depend on
-            it. Credit RF 100x5, l1: p50 18 -> 12 ms, p90 77 -> 39 ms in 2 threads on 2
+            :data:`maps_core.query.PARALLEL_SECONDS` or more. The distances do not depend
+            on it; where several answers tie at the optimum, which one is returned may
+            (use 1 where the same request must return the same point). Credit RF 100x5, l1: p50 18 -> 12 ms, p90 77 -> 39 ms in 2 threads on 2
             cores; use 1 where every processor is busy with other queries anyway. More
             threads than processors only share them.
         cancel : threading.Event, optional
