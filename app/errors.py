@@ -330,6 +330,7 @@ def _read_as_json(content_type: str | None) -> bool:
     return message.get_content_maintype() == "application" and (
         subtype == "json" or subtype.endswith("+json"))
 
+
 def install(app: FastAPI) -> None:
     """Register the exception handlers on ``app``."""
 

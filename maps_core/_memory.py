@@ -4,7 +4,7 @@ process may count on.
 A build's memory grows with the rectangles it certifies and the regions it leaves mixed,
 and each costs in proportion to the number of features: its cell ranges (int32) through
 extraction and sibling merging, the per-class KD-trees (float64 node bounds, one node per
-about four entries; a rectangle's real bounds are read through the grid, never copied)
+three to four entries; a rectangle's real bounds are read through the grid, never copied)
 and the compacted copies saving writes. Measured peak growth over the process's baseline
 (``ru_maxrss``, build then save, this 2-core machine, scikit-learn models on the loan data;
 rectangles and mixed regions counted together):

@@ -416,9 +416,10 @@ class CounterfactualMaps:
             A batch's rows are dealt out among them when they are expected to take
             :data:`maps_core.query.PARALLEL_SECONDS` or more. The distances do not depend
             on it; where several answers tie at the optimum, which one is returned may
-            (use 1 where the same request must return the same point). Credit RF 100x5, l1: p50 18 -> 12 ms, p90 77 -> 39 ms in 2 threads on 2
-            cores; use 1 where every processor is busy with other queries anyway. More
-            threads than processors only share them.
+            (use 1 where the same request must return the same point). Credit RF 100x5,
+            l1: p50 18 -> 12 ms, p90 77 -> 39 ms in 2 threads on 2 cores; use 1 where
+            every processor is busy with other queries anyway. More threads than
+            processors only share them.
         cancel : threading.Event, optional
             Set by another thread, it stops the call with :class:`QueryCancelledError`:
             a search under way stops at its next clock reading (about every
