@@ -15,7 +15,7 @@ from tests.conftest import synthetic
 
 def _built(kind: str, n_classes: int, max_rectangles: int | None) -> CounterfactualMaps:
     X, y = synthetic(n_classes, n_features=5, seed=3)
-    X[:, 4] = np.round(X[:, 4])  # a feature with few cuts, and infinite ends everywhere
+    X[:, 4] = np.round(X[:, 4])  # a feature with few cuts (integer values)
     model = (RandomForestClassifier(12, max_depth=4, random_state=0) if kind == "rf"
              else GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0))
     return CounterfactualMaps.build(model.fit(X, y), max_rectangles=max_rectangles)
