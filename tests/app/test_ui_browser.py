@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import uvicorn
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -206,7 +207,9 @@ def _field(drv: Any, name: str) -> Any:
 def _open(drv: Any, base: str) -> WebDriverWait:
     drv.get(base + "/ui")
     drv.execute_script(RECORD_FETCH)
-    wait = WebDriverWait(drv, 30)
+    # the page re-renders its form when a model is chosen: a condition that read an
+    # element being replaced is tried again (a CI run failed on one such stale element)
+    wait = WebDriverWait(drv, 30, ignored_exceptions=(StaleElementReferenceException,))
     _set(drv.find_element(By.ID, "token"), TOKEN)
     drv.find_element(By.ID, "reload").click()
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-feature="income"]'))
