@@ -46,6 +46,9 @@ from ._trees import (
 
 _FORESTS = ("RandomForestClassifier", "ExtraTreesClassifier")
 _TREES = ("DecisionTreeClassifier", "ExtraTreeClassifier")
+#: The strategies of a gradient boosting's ``DummyClassifier`` init whose scores are the
+#: same for every input (``"stratified"`` draws them at random on every call).
+_CONSTANT_DUMMIES = ("prior", "most_frequent", "uniform", "constant")
 _BOOSTING = ("GradientBoostingClassifier",)
 _HIST = ("HistGradientBoostingClassifier",)
 SUPPORTED = _TREES + _FORESTS + _BOOSTING + _HIST
@@ -263,14 +266,24 @@ def flatten(model: Any) -> FlatEnsemble:
             _append_tree(est.tree_, _proba_values(est.tree_), acc, m)
     else:  # gradient boosting
         init = model.init_
-        if not (init == "zero" or type(init).__name__ == "DummyClassifier"):
+        dummy = type(init).__name__ == "DummyClassifier"
+        strategy = getattr(init, "strategy", None)
+        if not ((isinstance(init, str) and init == "zero")
+                or (dummy and strategy in _CONSTANT_DUMMIES)):
+            # any other init's scores vary with x ("stratified" draws them at random on
+            # every call): the model is no longer constant on its leaves' boxes
+            what = (f"a DummyClassifier init of strategy {strategy!r}, whose scores vary "
+                    "from input to input," if dummy else "a custom init estimator")
             raise UnsupportedModelError(
-                "GradientBoostingClassifier with a custom init estimator is not supported"
-            )
+                f"GradientBoostingClassifier with {what} is not supported (init='zero' "
+                f"or a DummyClassifier of strategy {', '.join(_CONSTANT_DUMMIES)} is)")
         raw0 = np.asarray(
             model._raw_predict_init(np.zeros((1, model.n_features_in_), dtype=np.float32)),
             dtype=np.float64,
         )[0]
+        if not np.all(np.isfinite(raw0)):
+            raise UnsupportedModelError(
+                "GradientBoostingClassifier whose init estimator gives a non-finite score")
         lr = float(model.learning_rate)
         stages = model.estimators_
         if n_classes == 2:

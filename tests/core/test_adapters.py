@@ -1,6 +1,12 @@
 import numpy as np
 import pytest
-from sklearn.ensemble import GradientBoostingRegressor, RandomForestClassifier
+from sklearn.dummy import DummyClassifier
+from sklearn.ensemble import (
+    GradientBoostingClassifier,
+    GradientBoostingRegressor,
+    RandomForestClassifier,
+)
+from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
@@ -208,3 +214,30 @@ def test_check_flattened_accepts_native_models(library, n_classes):
     parsed = engine_model(clf)
     check_flattened(parsed, flatten_model(parsed))
     check_flattened(clf, flatten_model(clf))  # the library's own object, its own predict
+
+
+@pytest.mark.parametrize("strategy", ["prior", "most_frequent", "uniform", "constant"])
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_gradient_boosting_with_a_constant_dummy_init(strategy, n_classes):
+    X, y = synthetic(n_classes=n_classes)
+    init = DummyClassifier(strategy=strategy, constant=1 if strategy == "constant" else None)
+    model = GradientBoostingClassifier(n_estimators=5, max_depth=2, init=init,
+                                       random_state=0).fit(X, y)
+    ens = flatten_model(model)
+    Z = np.random.default_rng(2).normal(scale=3, size=(5000, X.shape[1]))
+    assert np.array_equal(np.asarray(ens.classes)[ens.predict_index(Z)], model.predict(Z))
+
+
+def test_gradient_boosting_with_a_random_dummy_init_is_refused():
+    # "stratified" draws the init's scores at random on every call: predict is not a
+    # function of x, so no map can be faithful to it
+    X, y = synthetic()
+    model = GradientBoostingClassifier(
+        n_estimators=2, max_depth=1, random_state=0,
+        init=DummyClassifier(strategy="stratified", random_state=0)).fit(X, y)
+    with pytest.raises(UnsupportedModelError, match="strategy 'stratified'"):
+        flatten_model(model)
+    model = GradientBoostingClassifier(n_estimators=2, max_depth=1, random_state=0,
+                                       init=LogisticRegression()).fit(X, y)
+    with pytest.raises(UnsupportedModelError, match="custom init estimator"):
+        flatten_model(model)
