@@ -149,9 +149,15 @@ class _Driver:
         # read timeout failed the demo while tests ran beside it).
         with httpx.Client(base_url=self.base_url, timeout=httpx.Timeout(60, read=600)) as client:
             model_id = self._find_existing(client)
+            if model_id is not None:
+                try:
+                    self._wait_ready(client, model_id)
+                except _BuildFailed as exc:  # e.g. maps damaged on disk: a fresh copy
+                    _say(f"the stored demo model failed ({exc}); uploading it again")
+                    model_id = None
             if model_id is None:
                 model_id = self._upload(client, model, schema)
-            self._wait_ready(client, model_id)
+                self._wait_ready(client, model_id)
             target = CLASS_NAMES[0]
             r = client.post(
                 f"/v1/models/{model_id}/counterfactuals",
@@ -179,19 +185,28 @@ class _Driver:
         say(f"API docs: {self.shown_url}/docs")
 
     def _find_existing(self, client: Any) -> str | None:
-        params: dict[str, str] = {"status": "ready", "limit": "1000"}
-        while True:  # every page of the ready models
+        """The demo model of an earlier run in the data dir, unless its build failed.
+
+        Any status but ``failed`` counts: right after start-up the stored models are still
+        ``loading`` (looking for ``ready`` ones only, the demo uploaded a new copy at every
+        start), and :meth:`_wait_ready` waits for it as for a new upload."""
+        params: dict[str, str] = {"limit": "1000"}
+        found: dict[str, str] = {}  # status -> the first such model's id
+        while True:  # every page of the models
             r = client.get("/v1/models", params=params, headers=self._headers(admin=False))
             if r.status_code != 200:
                 return None
             doc = r.json()
             for m in doc.get("models", []):
-                if m.get("name") == MODEL_NAME:
-                    _say(f"reusing the demo model {m.get('id')} found in the data directory")
-                    return str(m.get("id"))
+                if m.get("name") == MODEL_NAME and m.get("status") != "failed":
+                    found.setdefault(str(m.get("status")), str(m.get("id")))
             if not doc.get("next_cursor"):
-                return None
+                break
             params["cursor"] = doc["next_cursor"]
+        model_id = found.get("ready") or next(iter(found.values()), None)
+        if model_id is not None:
+            _say(f"reusing the demo model {model_id} found in the data directory")
+        return model_id
 
     def _upload(self, client: Any, model: Any, schema: FeatureSchema) -> str:
         import skops.io as sio
@@ -228,11 +243,15 @@ class _Driver:
                     ok = True
                     return
                 if doc.get("status") == "failed":
-                    raise RuntimeError(f"the demo build failed: {doc.get('error')}")
+                    raise _BuildFailed(f"the demo build failed: {doc.get('error')}")
                 time.sleep(0.2)
             raise RuntimeError("the server stopped during the build")
         finally:
             bar.close(done=ok)
+
+
+class _BuildFailed(RuntimeError):
+    """The demo model's status became ``failed``."""
 
 
 def _summarise_changes(answer: Any) -> str:

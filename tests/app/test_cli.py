@@ -417,9 +417,9 @@ def test_demo_data_and_spec() -> None:
     assert FeatureSchema.from_dicts(json.loads(json.dumps(spec))["features"]) == schema
 
 
-@pytest.mark.slow
-def test_demo_end_to_end(tmp_path: Path) -> None:
-    """``cfmaps demo`` trains, uploads, builds, serves and prints a working curl command."""
+def _run_demo(tmp_path: Path, *args: str) -> tuple[str, int, Path]:
+    """Run ``cfmaps demo`` until it prints its API docs line, check the curl command it
+    printed, then stop it with SIGTERM: its output, its exit status and its TMPDIR."""
     import os
     import re
     import signal
@@ -437,10 +437,10 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     root = str(Path(__file__).resolve().parents[2])  # importable without an install too
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     scratch = tmp_path / "tmp"  # the demo's temporary data dir goes here
-    scratch.mkdir()
+    scratch.mkdir(exist_ok=True)
     env["TMPDIR"] = str(scratch)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "demo", "--port", str(port)],
+        [sys.executable, "-m", "app.cli", "demo", "--port", str(port), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -471,19 +471,45 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
         assert doc["optimal"] is True and doc["changes"]
         assert doc["counterfactual"]["AGE"] == body["instance"]["AGE"]  # immutable
         assert "answer:" in text
-        assert any(p.name.startswith("cfmaps-demo-") for p in scratch.iterdir())
+        if "--data-dir" not in args:  # a temporary one, until it stops
+            assert any(p.name.startswith("cfmaps-demo-") for p in scratch.iterdir())
     finally:
-        # SIGTERM, as docker stop and systemd send: the demo ends by it, as uvicorn does,
-        # and takes its temporary data dir (the built maps) with it
+        # SIGTERM, as docker stop and systemd send: the demo ends by it, as uvicorn does
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    assert proc.returncode == -signal.SIGTERM
+    return text, proc.returncode, scratch
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path: Path) -> None:
+    """``cfmaps demo`` trains, uploads, builds, serves and prints a working curl command;
+    stopped, it takes its temporary data dir (the built maps) with it."""
+    import signal
+
+    text, status, scratch = _run_demo(tmp_path)
+    assert "reusing" not in text
+    assert status == -signal.SIGTERM
     # (multiprocessing's forkserver socket directory, pymp-*, stays: see README)
     assert [p for p in scratch.iterdir() if p.name.startswith("cfmaps-")] == []
+
+
+@pytest.mark.slow
+def test_demo_reuses_its_model_in_a_data_dir(tmp_path: Path) -> None:
+    """With ``--data-dir`` a second run serves the model the first one built (it uploaded
+    a new copy at every start: the stored models were still loading when it looked)."""
+    import re
+
+    first, _, _ = _run_demo(tmp_path, "--data-dir", str(tmp_path / "data"))
+    second, _, _ = _run_demo(tmp_path, "--data-dir", str(tmp_path / "data"))
+    model_id = re.search(r"uploaded the model as (\w+)", first)
+    assert model_id, first
+    assert f"reusing the demo model {model_id.group(1)}" in second, second
+    assert "uploaded the model" not in second
+    assert [p.name for p in (tmp_path / "data" / "models").iterdir()] == [model_id.group(1)]
 
 
 def test_query_options_and_l0(built: Path, capsys: pytest.CaptureFixture[str]) -> None:
