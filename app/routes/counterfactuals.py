@@ -6,7 +6,6 @@ import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 from ..dataplane import (
@@ -19,7 +18,7 @@ from ..dataplane import (
     model_predictions,
     runs_inline,
 )
-from ..errors import InvalidInputError, shorten
+from ..errors import InvalidInputError
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
     CounterfactualBatchOut,
@@ -40,6 +39,7 @@ from .deps import (
     charge,
     charged,
     in_thread,
+    known_query,
     model_entry,
     until_disconnect,
 )
@@ -47,7 +47,8 @@ from .lean import LeanJSONRoute
 
 # LeanJSONRoute: the JSON query routes skip FastAPI's generic request handling on the happy
 # path (app/routes/lean.py); the OpenAPI document and every error answer are FastAPI's.
-router = APIRouter(prefix="/v1/models", tags=["queries"], dependencies=[Depends(require_query)],
+router = APIRouter(prefix="/v1/models", tags=["queries"],
+                   dependencies=[Depends(require_query), Depends(known_query)],
                    route_class=LeanJSONRoute)
 
 ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
@@ -222,14 +223,7 @@ async def map_png(
     overlay: bool = True,
 ) -> Response:
     """As the POST, with the instance as comma-separated values in column order."""
-    await model_entry(registry, model_id, ready=True)  # a 404 or 409 before a 422
-    for name in request.query_params:
-        # a typo (``widht``) drew the default silently; a name starting with "_" is a
-        # client's cache-buster (jQuery's ``_=1700000000``), not meant for the service
-        if name not in _MAP_PARAMS and not name.startswith("_"):
-            raise InvalidInputError(
-                f"unknown query parameter {shorten(name)!r}; the parameters are "
-                f"{', '.join(_MAP_PARAMS)}", name)
+    await model_entry(registry, model_id, ready=True)  # a 404 or 409 before a bad value
     fields: dict[str, Any] = {
         "features": features[0].split(",") if len(features) == 1 else features,
         "instance": _numbers(instance, "instance"),
@@ -248,15 +242,3 @@ async def map_png(
         where = ".".join(str(p) for p in err["loc"][:1])
         raise InvalidInputError(f"{where}: {err['msg']}", where) from None
     return await _picture(model_id, body, registry, settings, request)
-
-
-def _query_parameters(endpoint: Any) -> tuple[str, ...]:
-    """The query parameters that ``endpoint``'s route declares, by the names clients send."""
-    route = next(r for r in router.routes
-                 if isinstance(r, APIRoute) and r.endpoint is endpoint)
-    return tuple(p.alias for p in route.dependant.query_params)
-
-
-#: The query parameters of ``GET /{model_id}/map.png``, read from its declaration (a
-#: parameter added to :func:`map_png` is known to its check of unknown names at once).
-_MAP_PARAMS = _query_parameters(map_png)

@@ -17,11 +17,12 @@ from contextlib import contextmanager
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
+from fastapi.routing import APIRoute
 
 from maps_core import InvalidQueryError, QueryCancelledError
 
 from ..builds import BuildManager
-from ..errors import InvalidInputError, PayloadTooLargeError
+from ..errors import InvalidInputError, PayloadTooLargeError, shorten
 from ..metrics import Metrics
 from ..ratelimit import RateLimiter
 from ..registry import ModelEntry, Registry
@@ -53,6 +54,45 @@ RegistryDep = Annotated[Registry, Depends(_registry)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 BuildsDep = Annotated[BuildManager, Depends(_builds)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
+
+async def known_query(request: Request) -> None:
+    """Refuse a query parameter that the route does not declare, as an unknown body field
+    is refused: a typo or an option sent in the wrong place (``?norm=l2`` on a route that
+    reads its options from the JSON body) changed nothing, silently. A name starting with
+    ``_`` is a client's cache-buster (jQuery's ``_=1700000000``), not meant for the service.
+
+    Raises
+    ------
+    InvalidInputError
+        Naming the parameter (a 422).
+    """
+    if not request.scope.get("query_string"):
+        return
+    known = declared_query(request.scope.get("route"))
+    for name in request.query_params:
+        if name not in known and not name.startswith("_"):
+            where = (f"the parameters are {', '.join(known)}" if known else
+                     "this route takes none (its options go in the JSON body)"
+                     if request.method == "POST" else "this route takes none")
+            raise InvalidInputError(f"unknown query parameter {shorten(name)!r}; {where}", name)
+
+
+def declared_query(route: APIRoute | None) -> tuple[str, ...]:
+    """The query parameters ``route`` and its dependencies declare, by the names clients
+    send (computed once per route, kept on it: routes are not hashable)."""
+    if route is None:
+        return ()
+    names: list[str] | None = route.__dict__.get("_cfmaps_query")
+    if names is None:
+        names = []
+        pending = [route.dependant]
+        while pending:
+            dep = pending.pop()
+            names += (p.alias for p in dep.query_params if p.alias not in names)
+            pending += reversed(dep.dependencies)
+        route.__dict__["_cfmaps_query"] = names
+    return tuple(names)
+
 
 def charge(request: Request, answers: int, field: str = "instances",
            advice: str = "split it into smaller batches") -> str | None:

@@ -14,7 +14,7 @@ from ..errors import InvalidInputError, PayloadTooLargeError, check_multipart_wh
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import ErrorResponse, ModelInfo, ModelList, ModelStatus, parse_spec
 from ..security import require_admin, require_query
-from .deps import MODEL_ID_DOC, BuildsDep, RegistryDep, model_entry
+from .deps import MODEL_ID_DOC, BuildsDep, RegistryDep, known_query, model_entry
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -68,7 +68,7 @@ _SPEC_DOC = (
     "",
     status_code=202,
     response_model=ModelInfo,
-    dependencies=[Depends(require_admin)],
+    dependencies=[Depends(require_admin), Depends(known_query)],
     responses={
         **_ERRORS,
         **_STORAGE,
@@ -141,7 +141,7 @@ def _check_parts(form: FormData) -> None:
 @router.get(
     "",
     response_model=ModelList,
-    dependencies=[Depends(require_query)],
+    dependencies=[Depends(require_query), Depends(known_query)],
     responses=_ERRORS,
     summary="List models",
 )
@@ -162,7 +162,7 @@ async def list_models(
 @router.get(
     "/{model_id}",
     response_model=ModelInfo,
-    dependencies=[Depends(require_query)],
+    dependencies=[Depends(require_query), Depends(known_query)],
     responses={**_ERRORS, 404: {"model": ErrorResponse}},
     summary="Status, progress, schema, classes and build statistics of a model",
 )
@@ -173,7 +173,7 @@ async def get_model(model_id: ModelId, registry: RegistryDep) -> JSONResponse:
 @router.delete(
     "/{model_id}",
     status_code=204,
-    dependencies=[Depends(require_admin)],
+    dependencies=[Depends(require_admin), Depends(known_query)],
     responses={**_ERRORS, **_STORAGE, 404: {"model": ErrorResponse}},
     summary="Delete a model (a running build is cancelled)",
 )

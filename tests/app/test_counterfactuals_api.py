@@ -556,3 +556,28 @@ def test_a_query_waiting_for_its_thread_survives_a_delete(
         cf = _vec(r.json()["counterfactual"], NAMES)
         assert rf.model.predict(cf[None])[0] == target
     assert svc.client.get(f"/v1/models/{model_id}").status_code == 404
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8"])
+@pytest.mark.parametrize("route", ["counterfactuals", "predict", "map.png"])
+def test_an_unknown_query_parameter_is_refused(rf_service: tuple[Service, str], rf: Fitted,
+                                               route: str, content_type: str) -> None:
+    """An option sent in the query string rather than the body (``?norm=l2``) was ignored
+    with a 200: answered in l1, as if it had been heard. Both request paths (the lean
+    dispatch takes the exact ``application/json`` only) refuse it, naming it; a client's
+    cache-buster ``_`` is let through."""
+    svc, mid = rf_service
+    body = {"instance": list(map(float, rf.X[0]))}
+    if route == "map.png":
+        body |= {"features": ["x0", "x1"], "width": 20, "height": 15}
+    url = f"/v1/models/{mid}/{route}"
+    headers = {"Content-Type": content_type}
+    content = __import__("json").dumps(body)
+    r = svc.client.post(url, params={"norm": "l2"}, content=content, headers=headers)
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "norm"
+    assert "unknown query parameter 'norm'" in r.json()["message"]
+    assert "JSON body" in r.json()["message"]
+    ok = svc.client.post(url, params={"_": "1700000000"}, content=content, headers=headers)
+    assert ok.status_code == 200, ok.text
+    assert svc.client.post(url, content=content, headers=headers).status_code == 200

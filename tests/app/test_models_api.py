@@ -578,3 +578,24 @@ def test_list_refuses_bad_paging(service: Service, params: dict[str, Any], field
     r = service.client.get("/v1/models", params=params)
     assert r.status_code == 422, r.text
     assert field in r.json()["field"]
+
+
+def test_an_unknown_query_parameter_is_refused_and_changes_nothing(
+        service: Service, rf: Fitted) -> None:
+    """A misspelt filter (``?statuss=ready``) listed every model with a 200, and any query
+    parameter was ignored on the other model routes: each is now a 422 naming it, and the
+    refused upload or delete changed nothing."""
+    c = service.client
+    mid = service.add(rf.skops)
+    r = c.get("/v1/models", params={"statuss": "failed"})
+    assert r.status_code == 422 and r.json()["field"] == "statuss", r.text
+    assert "the parameters are limit, cursor, status" in r.json()["message"]
+    assert c.get("/v1/models", params={"status": "failed", "_": "1"}).json()["models"] == []
+    r = c.get(f"/v1/models/{mid}", params={"verbose": "1"})
+    assert r.status_code == 422 and r.json()["field"] == "verbose", r.text
+    r = c.delete(f"/v1/models/{mid}", params={"dry_run": "1"})
+    assert r.status_code == 422 and r.json()["field"] == "dry_run", r.text
+    r = c.post("/v1/models", params={"name": "other"}, files={"model": ("m.skops", rf.skops)})
+    assert r.status_code == 422 and r.json()["field"] == "name", r.text
+    assert [m["id"] for m in c.get("/v1/models").json()["models"]] == [mid]
+    assert c.get(f"/v1/models/{mid}").json()["status"] == "ready"
