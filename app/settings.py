@@ -201,9 +201,9 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     api_tokens: Annotated[list[str], NoDecode] = Field(default_factory=list)
     trust_pickle: bool = False
-    max_body_bytes: int = Field(default=4 * MiB, gt=0)
+    max_body_bytes: int = Field(default=4 * MiB, gt=0, le=MAX_BYTES)
     max_batch: int = Field(default=1000, gt=0)
-    max_upload_bytes: int = Field(default=256 * MiB, gt=0)
+    max_upload_bytes: int = Field(default=256 * MiB, gt=0, le=MAX_BYTES)
     max_unpacked_factor: int = Field(default=20, gt=0)
     max_k: int = Field(default=100, gt=0, le=MAX_K)  # the engine takes no more
     max_answers: int = Field(default=10_000, gt=0)
@@ -258,7 +258,8 @@ class Settings(BaseSettings):
             out[key] = v
         return out
 
-    @field_validator("build_max_memory", "query_max_memory", mode="before")
+    @field_validator("build_max_memory", "query_max_memory", "max_body_bytes",
+                     "max_upload_bytes", mode="before")
     @classmethod
     def _byte_size(cls, v: object) -> object:
         if isinstance(v, str):

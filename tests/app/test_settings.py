@@ -37,6 +37,23 @@ def test_memory_budgets_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     assert getattr(Settings(), field) is None
 
 
+@pytest.mark.parametrize("field", ["max_body_bytes", "max_upload_bytes"])
+def test_body_limits_take_byte_sizes(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                     field: str) -> None:
+    """README: byte sizes take suffixes and go up to 1024T; these two took a plain integer
+    only (``4M`` stopped the service) and any integer (1e20 bytes, no limit in effect)."""
+    monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
+    var = f"CFMAPS_{field.upper()}"
+    monkeypatch.setenv(var, "4M")
+    assert getattr(Settings(), field) == 4 << 20
+    monkeypatch.setenv(var, "1048576")
+    assert getattr(Settings(), field) == 1 << 20
+    for bad in ("lots", "-1", "0", "99999999999999999999", "2000T"):
+        monkeypatch.setenv(var, bad)
+        with pytest.raises(ValidationError):
+            Settings()
+
+
 def test_query_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("CFMAPS_DATA_DIR", str(tmp_path))
     assert Settings().query_threads is None  # the engine's default
