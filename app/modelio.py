@@ -120,7 +120,14 @@ def _unpickling_failed(exc: Exception) -> str:
     first = re.sub(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ", "", first)  # XGBoost's "[time] file:line: "
     text = f"could not load the pickle/joblib file: {type(exc).__name__}: {shorten(first, 300)}"
     library = type(exc).__module__.split(".")[0]
-    if library in ("xgboost", "lightgbm"):
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing and missing.split(".")[0] in ("xgboost", "lightgbm"):
+        library = missing.split(".")[0]
+        text += (f"; the pickle needs {library}, which this service does not have (pip "
+                 f"install {library} beside it), or send the model in the library's own "
+                 "format, read without it (XGBoost: save_model('model.json'); LightGBM: "
+                 "booster_.save_model('model.txt'))")
+    elif library in ("xgboost", "lightgbm"):
         text += (f"; a pickle made by another version of {library} may not load in this "
                  "one: save the model in the library's own format instead (XGBoost: "
                  "save_model('model.json'); LightGBM: booster_.save_model('model.txt'))")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import sys
 import zipfile
 from pathlib import Path
 
@@ -319,3 +320,25 @@ def test_hostile_native_files_are_bad_input_not_500(tmp_path: Path, service: Ser
         r = upload(service.client, blob)
         assert r.status_code == 422 and r.json()["field"] == "model", r.text
         assert words in r.json()["message"]
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_a_trusted_pickle_of_a_library_not_installed_says_how_to_send_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: str) -> None:
+    """The ``[service]`` install has neither library: their pickles failed with a bare
+    ``No module named 'xgboost'``. The answer now says what to install, or to send the
+    library's own model file, which the service reads without it."""
+    import lightgbm
+    import xgboost
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 3)), np.arange(60) % 2
+    model = (xgboost.XGBClassifier(n_estimators=2, max_depth=2) if library == "xgboost"
+             else lightgbm.LGBMClassifier(n_estimators=2, num_leaves=3, verbose=-1)).fit(X, y)
+    path = _write(tmp_path, pickle.dumps(model))
+    for name in [m for m in sys.modules if m.split(".")[0] == library]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed
+    with pytest.raises(InvalidInputError, match=rf"needs {library}, which this service does "
+                       rf"not have \(pip install {library} beside it\), or send") as err:
+        load_model_file(path, trust_pickle=True)
+    assert "save_model" in str(err.value)
