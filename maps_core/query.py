@@ -829,6 +829,11 @@ def _spread(engine: SearchEngine, opts: QueryOptions, A: np.ndarray, f_exp: np.n
     (big, big_field, big_row), (small, small_field, small_row) = cause(True), cause(False)
     field, row = ((big_field, big_row) if counted.max() - mid >= mid - counted.min()
                   else (small_field, small_row))
+    if row is None and field.startswith("weights.") and (big_row, small_row) != (None, None):
+        # a weight is the odd one out only because several values are extreme (two
+        # features at 1e300, one at 5: the 5's weight was named, though no weight was
+        # sent); the extreme value is what a client would change
+        field, row = (big_field, big_row) if big_row is not None else (small_field, small_row)
     return InvalidQueryError(
         f"{norm} cannot compare these costs: the moves of {big} cost more than 2**{limit} "
         f"(about {about}) times those of {small}, and {why}", field, row)

@@ -205,6 +205,21 @@ def test_l2_refusal_of_far_apart_scales_names_their_cause():
     assert maps.counterfactual(far, t, norm="l1").feasible
 
 
+def test_l2_refusal_names_the_extreme_values_not_a_weight_never_sent():
+    """Two features at 1e150 and one at its usual scale: the usual one is the odd one out
+    of the three costs, and the refusal named its weight (``weights.x2``), which the
+    client had not sent; it names the extreme value now."""
+    rng = np.random.default_rng(0)
+    X = rng.random((200, 3))
+    y = (X.sum(axis=1) > 1.5).astype(int)
+    maps = CounterfactualMaps.build(
+        HistGradientBoostingClassifier(max_iter=3, min_samples_leaf=5).fit(X, y))
+    far = np.array([1e150, -1e150, 0.5])
+    with pytest.raises(InvalidQueryError, match="l2 cannot compare") as err:
+        maps.counterfactual(far, norm="l2")
+    assert err.value.field in ("x0", "x1") and err.value.row == 0, err.value.field
+
+
 @pytest.mark.parametrize("norm", ["l1", "linf"])
 @pytest.mark.parametrize("weights", [[1e130, 1e-200, 3e-200], [1e200, 3e-200, 1e-200],
                                      [1e-200, 3e-200, 1e200], [1e280, 1e-280, 3e-280]])
