@@ -514,6 +514,11 @@ def match_label(classes: Sequence[Any], target: str | int | float | bool) -> int
             continue
         if (isinstance(t, str) and str(c) == t) or (not isinstance(c, str) and c == t):
             return i
+    if t in ("true", "false"):  # JSON's spelling of a boolean, as a client may quote it
+        for i, c in enumerate(classes):
+            c = c.item() if isinstance(c, np.generic) else c
+            if isinstance(c, bool) and c == (t == "true"):
+                return i
     if isinstance(t, str) and _DECIMAL.fullmatch(t):
         number = float(t)
         for i, c in enumerate(classes):

@@ -367,6 +367,8 @@ def test_single_leaf_trees_count_in_every_search(norm, budget):
     ([False, True], "True", 1),  # the service writes labels as keys: "False", "True"
     ([False, True], True, 1),
     ([False, True], "False", 0),
+    ([False, True], "true", 1),  # JSON's spelling, quoted
+    ([False, True], "false", 0),
     ([0, 1], "1", 1),
     ([0, 1], 1.0, 1),
     (["a", "b"], "b", 1),
@@ -388,7 +390,9 @@ def test_a_target_is_its_label_or_the_label_s_text(labels, target, index):
 @pytest.mark.parametrize(("labels", "target"), [
     ([0, 1], True),  # a boolean matches only a boolean class
     ([False, True], 1),
-    ([False, True], "true"),
+    ([False, True], "TRUE"),
+    ([False, True], " true"),
+    ([0, 1], "true"),
     ([0, 1], "one"),
     ([0.0, 1.0], " 1"),  # float() takes these; a class's text does not look like them
     ([0.0, 1.0], "1_0"),
