@@ -639,12 +639,12 @@ class SearchBudget:
             fix = ("constraints that narrow the search (bounds, immutable features), or maps "
                    "built with a larger budget, make it faster")
         elif status == OUT_OF_MEMORY:
-            what = (f"needed to hold more than {self.max_held(engine):,} boxes of the regions "
+            what = (f"needed to hold more than {_boxes(self.max_held(engine))} of the regions "
                     "the build left unresolved at once, more than its memory budget "
                     f"({self.max_memory:,} bytes, max_memory) allows")
             fix = "rebuild the maps with a larger budget (max_seconds / max_rectangles)"
         else:
-            what = (f"needed more than {self.max_boxes:,} boxes of the regions the build left "
+            what = (f"needed more than {_boxes(self.max_boxes)} of the regions the build left "
                     "unresolved (its search budget, max_boxes)")
             fix = "rebuild the maps with a larger budget (max_seconds / max_rectangles)"
         if self.best_found:
@@ -657,6 +657,11 @@ class SearchBudget:
             f"this query's search {what} before it could prove an answer optimal; {fix}, and "
             "on_budget='best' takes the best counterfactual found within the budget"
         )
+
+
+def _boxes(n: int) -> str:
+    """``"1 box"``, ``"2,000 boxes"``."""
+    return f"{n:,} box" if n == 1 else f"{n:,} boxes"
 
 
 #: The time limit of a search that has none but may be cancelled (a year): a finite one

@@ -311,7 +311,7 @@ def test_query_box_budget_setting(service_factory: Any, rf: Fitted) -> None:
                                 json={"instance": x.tolist(), "norm": "l2"})
             if r.status_code == 422:
                 assert r.json()["error"] == "budget_exceeded"
-                assert "more than 1 boxes" in r.json()["message"]
+                assert "more than 1 box of" in r.json()["message"]
                 assert r.json()["field"] == "instance"
                 assert want["stats"]["regions_refined"] > 1
                 refused.append(i)

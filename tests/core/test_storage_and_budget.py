@@ -352,7 +352,7 @@ def test_query_budget_in_mixed_regions(budgeted):
         try:
             r = part.counterfactual(x, norm="l2", max_boxes=1)
         except BudgetExceededError as exc:
-            assert "more than 1 boxes" in str(exc) and "max_boxes" in str(exc)
+            assert "more than 1 box of" in str(exc) and "max_boxes" in str(exc)
             assert free.stats.regions_refined > 1
             stuck += 1
         else:
@@ -432,7 +432,7 @@ def test_query_memory_budget_bounds_the_boxes_held(budgeted, deepening):
         short = (held - 1) * per_box + per_box - 1  # room for held - 1 boxes, not held
         with pytest.raises(BudgetExceededError, match="max_memory") as exc:
             part.counterfactual(x, norm="l1", threads=1, max_memory=short)
-        assert f"more than {held - 1:,} boxes" in str(exc.value)
+        assert f"more than {held - 1:,} box{'es' if held - 1 != 1 else ''} of" in str(exc.value)
         try:
             best = part.counterfactual(x, norm="l1", threads=1, max_memory=short, on_budget="best")
         except BudgetExceededError:
