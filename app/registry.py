@@ -1247,7 +1247,21 @@ def _schema_for(spec: ModelSpec, ens: FlatEnsemble) -> FeatureSchema:
     except SchemaError as exc:  # one feature's declaration, or the list as a whole
         where = "spec.features" if exc.feature is None else f"spec.features.{exc.feature}"
         raise InvalidInputError(str(exc), where) from exc
+    looks = [_looks(name) for name in given]
+    for j, look in enumerate(looks):
+        if look in looks[:j]:
+            # as class names: "a" and " a" (or "é" in two Unicode forms) look the same in
+            # every list a client reads, and a client typing one would get the other
+            raise InvalidInputError(
+                f"spec.features.{j}.name {given[j]!r} is the name of feature "
+                f"{looks.index(look)} {given[looks.index(look)]!r} but for Unicode form or "
+                "spaces around it; names must differ in more", f"spec.features.{j}.name")
     return schema
+
+
+def _looks(name: str) -> str:
+    """How a name looks to a person: its Unicode form (NFC) without spaces around it."""
+    return unicodedata.normalize("NFC", name).strip()
 
 
 def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:
@@ -1261,7 +1275,7 @@ def _class_names(spec: ModelSpec, labels: list[Any]) -> list[str] | None:
         )
     # Names that differ only by their Unicode form or by spaces around them look the same
     # in every client's list of classes and probabilities.
-    looks = [unicodedata.normalize("NFC", name).strip() for name in spec.classes]
+    looks = [_looks(name) for name in spec.classes]
     if len(set(looks)) != len(looks):
         raise InvalidInputError("spec.classes contains duplicate names (after Unicode "
                                 "normalisation and trimming spaces)", "spec.classes")

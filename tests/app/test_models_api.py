@@ -127,6 +127,11 @@ def test_a_long_filename_names_the_model_in_200_characters(service: Service, rf:
         # names that look the same in every list of classes
         ('{"classes": ["caf\u00e9", "cafe\u0301"]}', "spec.classes"),
         ('{"classes": ["a", "a "]}', "spec.classes"),
+        # ... and in every list of features: a client typing one got the other
+        ('{"features": [{"name": "a"}, {"name": " a"}, {"name": "c"}, {"name": "d"}, '
+         '{"name": "e"}]}', "spec.features.1.name"),
+        ('{"features": [{"name": "caf\u00e9"}, {"name": "b"}, {"name": "cafe\u0301"}, '
+         '{"name": "d"}, {"name": "e"}]}', "spec.features.2.name"),
         # weight x the feature's largest value past float64's range for distances
         ('{"features": [{"name": "a", "upper": 100, "weight": 1e300}, {"name": "b"}, '
          '{"name": "c"}, {"name": "d"}, {"name": "e"}]}', "spec.features.0"),
