@@ -143,6 +143,15 @@ def _is_missing(v: str) -> bool:
     return v.strip().lower() in MISSING
 
 
+def _float(v: str) -> float:
+    """A CSV cell's number. Python's ``float`` also reads its own spellings, which are no
+    number in a CSV file: ``1_000`` (refused, ValueError) and ``-nan`` or ``+nan`` (NaN,
+    which the callers treat as a missing value, as they treat ``nan``)."""
+    if "_" in v:
+        raise ValueError(f"not a number: {v!r}")
+    return float(v)
+
+
 def _numbers(raw: list[str], column: str, first_line: int, path: object) -> np.ndarray:
     """A column's cells as float64, NaN where missing; a non-numeric or infinite value is a
     SchemaError naming the line and column."""
@@ -152,7 +161,7 @@ def _numbers(raw: list[str], column: str, first_line: int, path: object) -> np.n
             out[i] = math.nan
             continue
         try:
-            out[i] = float(v)
+            out[i] = _float(v)
         except ValueError:
             raise SchemaError(
                 f"{path}, line {first_line + i}: column {column!r} has the non-numeric value "
@@ -169,9 +178,13 @@ def _labels(raw: list[str], column: str, first_line: int, path: object) -> np.nd
         if _is_missing(v):
             raise SchemaError(f"{path}, line {first_line + i}: the label {column!r} is missing")
     try:
-        y = np.array([float(v) for v in raw])
+        y = np.array([_float(v) for v in raw])
     except ValueError:
         return np.array([v.strip() for v in raw], dtype=object)
+    nan = np.flatnonzero(np.isnan(y))  # "-nan", "+nan": spellings MISSING lacks
+    if nan.size:
+        raise SchemaError(f"{path}, line {first_line + int(nan[0])}: the label {column!r} is "
+                          "missing")
     inf = np.flatnonzero(np.isinf(y))
     if inf.size:
         raise SchemaError(f"{path}, line {first_line + int(inf[0])}: the label {column!r} is "
@@ -208,7 +221,7 @@ def _codes(raw: list[str]) -> np.ndarray:
     values = [None if _is_missing(v) else v.strip() for v in raw]
     present = sorted({v for v in values if v is not None})
     try:
-        nums = {v: float(v) for v in present}
+        nums = {v: _float(v) for v in present}
     except ValueError:
         nums = {}
     if nums and all(math.isfinite(n) for n in nums.values()):

@@ -118,6 +118,10 @@ def test_integer_categories_are_their_own_codes(tmp_path: Path) -> None:
         ("a,Class\nF,T\nabc,0\n", "line 3: column 'a' has the non-numeric value 'abc'"),
         ("a,Class\n1,0\ninf,1\n", "line 3: column 'a' has an infinite value"),
         ("a,Class\nF,T\n1,\n", "line 3: the label 'Class' is missing"),
+        # Python's float() reads these; a CSV file means no number by them
+        ("a,Class\nF,T\n1,0\n2,-nan\n", "line 4: the label 'Class' is missing"),
+        ("a,Class\nF,T\n1,+NaN\n2,1\n", "line 3: the label 'Class' is missing"),
+        ("a,Class\nF,T\n1_000,0\n", "line 3: column 'a' has the non-numeric value '1_000'"),
         ("a,b,c\nT,F,T\n1,2,0\n", "more than one column is coded T"),
     ],
 )
