@@ -80,7 +80,7 @@ _ZERO_BAND = float(np.float32(1e-35))
 def _lightgbm_thresholds(model: Any, m: int) -> list[np.ndarray]:
     per: list[list[float]] = [[] for _ in range(m)]
 
-    def walk(node: dict[str, Any]) -> None:
+    def walk(node: dict[str, Any], thresholds: list[float]) -> None:
         if "split_feature" not in node:
             return
         f = int(node["split_feature"])
@@ -94,17 +94,27 @@ def _lightgbm_thresholds(model: Any, m: int) -> list[np.ndarray]:
             per[f].extend(np.nextafter(np.arange(1.0, top + 2.0), -np.inf).tolist())
         else:
             assert node.get("decision_type", "<=") == "<=", node.get("decision_type")
-            t = float(node["threshold"])
+            # the model text's threshold: dump_model() caps them at +-1e300, while
+            # LightGBM's predict compares with the real value (a QA helper's model of
+            # values near 1e300 got a brute force on the wrong cells)
+            t = thresholds[int(node["split_index"])]
             # LightGBM reads an input with |x| <= 1e-35 (as a float32) as 0.0: a
             # threshold within that band changes sides on the real line at its edge
             if -_ZERO_BAND <= t < _ZERO_BAND:
                 t = _ZERO_BAND if t >= 0 else float(np.nextafter(-_ZERO_BAND, -np.inf))
             per[f].append(t)
-        walk(node["left_child"])
-        walk(node["right_child"])
+        walk(node["left_child"], thresholds)
+        walk(node["right_child"], thresholds)
 
+    text: dict[int, list[float]] = {}  # each tree's thresholds, by split index
+    tree_index = -1
+    for line in model.booster_.model_to_string().splitlines():
+        if line.startswith("Tree="):
+            tree_index = int(line.split("=", 1)[1])
+        elif line.startswith("threshold="):
+            text[tree_index] = [float(v) for v in line.split("=", 1)[1].split()]
     for tree in model.booster_.dump_model()["tree_info"]:
-        walk(tree["tree_structure"])
+        walk(tree["tree_structure"], text.get(int(tree["tree_index"]), []))
     return [np.asarray(v, dtype=np.float64) for v in per]
 
 

@@ -87,6 +87,29 @@ def test_distances_equal_the_brute_force(n_classes, norm):
             assert P.size == 0 or np.all(clf.predict(P) == target)
 
 
+@pytest.mark.parametrize("norm", ["l1", "linf"])
+def test_thresholds_near_1e300_are_read_exactly(norm):
+    """Thresholds past 1e300: ``dump_model()`` writes them capped at +-1e300 (the tests'
+    brute force read its cells from there), the model text and LightGBM's predict use
+    the real value, and so do the maps."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 3))
+    s = X @ rng.normal(size=3) + 0.7 * rng.normal(size=300)
+    y = (s > np.median(s)).astype(int)
+    X = X * 1e300
+    clf = lgb.LGBMClassifier(n_estimators=3, num_leaves=5, verbose=-1, random_state=0).fit(X, y)
+    assert any(abs(float(t)) > 1e300 for line in clf.booster_.model_to_string().splitlines()
+               if line.startswith("threshold=") for t in line.split("=")[1].split())
+    maps = CounterfactualMaps.build(parse_lightgbm(clf.booster_.model_to_string()))
+    w = np.full(3, 1e-300)  # costs of a unit size
+    for x in X[:12]:
+        target = 1 - int(clf.predict(x[None])[0])
+        res = maps.counterfactual(x, target, norm=norm, weights=w)
+        assert res.best.distance == pytest.approx(brute_force(clf, x, target, w, norm),
+                                                  rel=1e-9)
+        assert clf.predict(res.best.x[None])[0] == target
+
+
 def _missing_only_split_model() -> tuple[object, np.ndarray]:
     """A LightGBM model (trained with NaN values and zero sample weights) whose file holds
     a split of threshold +inf: missing values go right, every finite input left."""
