@@ -6,9 +6,10 @@ so it is served without authentication. Its files are read once, at import.
 
 from __future__ import annotations
 
+import hashlib
 from importlib.resources import files
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from ..errors import NotFoundError
@@ -32,16 +33,28 @@ _HEADERS = {
 }
 
 
+#: Each file's entity tag: ``no-cache`` makes a browser ask again on every visit, and with
+#: a tag it asks "changed since?" and gets a body-less 304 while the file is the same.
+_ETAGS = {name: f'"{hashlib.sha256(body).hexdigest()[:32]}"' for name, (body, _) in _FILES.items()}
+
+
+def _serve(request: Request, name: str) -> Response:
+    body, media = _FILES[name]
+    headers = {**_HEADERS, "ETag": _ETAGS[name]}
+    asked = request.headers.get("if-none-match", "")
+    if asked.strip() == "*" or _ETAGS[name] in (t.strip().removeprefix("W/") for t in asked.split(",")):
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=media, headers=headers)
+
+
 # HEAD as well: link checkers and uptime probes ask for the page with HEAD.
 @router.api_route("/ui", methods=["GET", "HEAD"], response_class=HTMLResponse)
-async def ui_page() -> Response:
-    body, media = _FILES["index.html"]
-    return Response(body, media_type=media, headers=_HEADERS)
+async def ui_page(request: Request) -> Response:
+    return _serve(request, "index.html")
 
 
 @router.api_route("/ui/{name}", methods=["GET", "HEAD"])
-async def ui_asset(name: str) -> Response:
+async def ui_asset(request: Request, name: str) -> Response:
     if name not in _FILES or name == "index.html":
         raise NotFoundError(f"no page asset {name!r}")
-    body, media = _FILES[name]
-    return Response(body, media_type=media, headers=_HEADERS)
+    return _serve(request, name)

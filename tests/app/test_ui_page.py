@@ -36,6 +36,25 @@ def test_the_page_is_self_contained(service):
     assert service.client.head("/ui/explorer.js").status_code == 200
 
 
+def test_the_page_and_its_assets_revalidate_with_their_etag(service):
+    """``Cache-Control: no-cache`` makes a browser ask again on every visit: with an ETag
+    it gets a body-less 304 while the file is unchanged (it got the whole file again)."""
+    for path in ("/ui", "/ui/explorer.js", "/ui/explorer.css"):
+        r = service.client.get(path)
+        tag = r.headers["etag"]
+        assert r.status_code == 200 and r.headers["cache-control"] == "no-cache"
+        again = service.client.get(path, headers={"If-None-Match": tag})
+        assert again.status_code == 304 and again.content == b"", path
+        assert again.headers["etag"] == tag
+        assert "default-src 'self'" in again.headers["content-security-policy"]
+        weak = service.client.get(path, headers={"If-None-Match": f'"other", W/{tag}'})
+        assert weak.status_code == 304, path
+        stale = service.client.get(path, headers={"If-None-Match": '"other"'})
+        assert stale.status_code == 200 and stale.content == r.content
+    tags = {service.client.get(p).headers["etag"] for p in ("/ui", "/ui/explorer.js")}
+    assert len(tags) == 2
+
+
 def test_the_page_needs_no_token_but_the_api_does(service_factory):
     with service_factory(api_tokens=["t0k"]) as svc:
         assert svc.client.get("/ui").status_code == 200
