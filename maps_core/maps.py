@@ -244,7 +244,9 @@ class CounterfactualMaps:
     def _column_order(self, X: Any) -> list[int] | None:
         """For an input whose columns are named (a pandas DataFrame's string columns, a
         Series' string index), the positions of the maps' features among them; None for
-        an array, or names already in the maps' order.
+        an array, or names already in the maps' order. For a LightGBM model, columns
+        named as its training DataFrame's were ("a b", which LightGBM writes "a_b") are
+        read by the names LightGBM gave them, when that renaming is one to one.
 
         Raises
         ------
@@ -267,6 +269,12 @@ class CounterfactualMaps:
             return None
         if len(set(cols)) == len(cols) and set(cols) == set(names):
             return [cols.index(n) for n in names]
+        if self.engine.ensemble.kind.startswith("LightGBM"):
+            # LightGBM wrote the training DataFrame's column "a b" as "a_b" and its own
+            # predict takes that DataFrame: so do the maps, when the renaming is one to one
+            written = [re.sub(r"\s", "_", c) for c in cols]
+            if len(set(written)) == len(written) and set(written) == set(names):
+                return [written.index(n) for n in names]
         if made_up_names(self.engine.ensemble.feature_names) and len(cols) == len(names):
             return None
         missing = [n for n in names if n not in cols]

@@ -330,3 +330,22 @@ def test_names_lightgbm_rewrote_are_pointed_out():
         maps.counterfactual(X[0], immutable=["zz"])
     res = maps.counterfactual(X[0], immutable=["credit_limit"])
     assert res.best is None or res.best.x[0] == X[0, 0]
+
+
+def test_the_training_frame_of_renamed_columns_is_read_by_name():
+    """A DataFrame whose column LightGBM wrote as 'credit_limit' ('credit limit') is the
+    one the model was trained on, and LightGBM's predict takes it: so do the maps, in any
+    order (they refused it). A renaming that is not one to one stays refused."""
+    from tests.core.test_schema import _Frame
+
+    X, y = _data(2)
+    clf = lgb.LGBMClassifier(n_estimators=5, num_leaves=4, verbose=-1).fit(
+        X, y, feature_name=["credit limit", "b", "c", "d"])
+    maps = CounterfactualMaps.build(clf)
+    frame = _Frame(X[:50][:, [1, 0, 2, 3]], ["b", "credit limit", "c", "d"])
+    assert np.array_equal(maps.predict(frame), clf.predict(X[:50]))
+    assert maps.counterfactual(_Frame(X[0], ["credit limit", "b", "c", "d"])).best.distance \
+        == maps.counterfactual(X[0]).best.distance
+    with pytest.raises(InvalidQueryError, match="the model names it 'credit_limit'"):
+        maps.predict(_Frame(X[:3], ["credit limit", "credit_limit", "c", "d"]))
+
