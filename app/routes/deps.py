@@ -55,6 +55,7 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 BuildsDep = Annotated[BuildManager, Depends(_builds)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 
+
 async def known_query(request: Request) -> None:
     """Refuse a query parameter that the route does not declare, as an unknown body field
     is refused: a typo or an option sent in the wrong place (``?norm=l2`` on a route that
