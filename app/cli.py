@@ -358,6 +358,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "http": PROTOCOL,
     }
     if workers == 1:
+        _clean_up_after_sigterm()
         uvicorn.run(create_app(settings), **common)
     else:
         # N processes, each an app over the shared data dir (see app.registry.Registry.sync);
@@ -365,6 +366,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ[WORKER_LOG_ENV] = args.log_level
         uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)
     return 0
+
+
+def _clean_up_after_sigterm() -> None:
+    """Remove multiprocessing's temporary directory (``pymp-*``: the build workers'
+    forkserver socket) when the process ends by SIGTERM.
+
+    uvicorn ends by the stopping signal once it has shut down (a supervisor sees why it
+    stopped), so Python's exit handlers, multiprocessing's removal of that directory among
+    them, never run: every stop left one in the temp dir. uvicorn puts back the handler it
+    found before re-raising the signal; this one removes the directory, then ends by the
+    signal as before."""
+    import multiprocessing.util
+    import shutil
+    import signal
+
+    def remove_then_end(signum: int, frame: Any) -> None:
+        shutil.rmtree(multiprocessing.util.get_temp_dir(), ignore_errors=True)
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    signal.signal(signal.SIGTERM, remove_then_end)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

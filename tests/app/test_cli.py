@@ -493,7 +493,8 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     text, status, scratch = _run_demo(tmp_path)
     assert "reusing" not in text
     assert status == -signal.SIGTERM
-    # (multiprocessing's forkserver socket directory, pymp-*, stays: see README)
+    # (multiprocessing's forkserver socket directory, pymp-*, stays here: see README;
+    # cfmaps serve removes it, tests/app/test_faults.py)
     assert [p for p in scratch.iterdir() if p.name.startswith("cfmaps-")] == []
 
 

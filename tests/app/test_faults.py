@@ -578,6 +578,47 @@ def test_a_server_stopped_during_its_warm_up_leaves_nothing_in_the_temp_dir(
     assert list(scratch.glob("cfmaps-warmup-*")) == [], log_path.read_text()
 
 
+def test_a_server_stopped_by_sigterm_leaves_no_forkserver_directory(
+    tmp_path: Path, rf: Fitted
+) -> None:
+    """A build starts multiprocessing's forkserver, whose socket lives in a ``pymp-*``
+    directory of the temp dir; uvicorn ends by the signal, so Python's exit handlers never
+    removed it, and every stop of a service that had built a model left one."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
+           "serve", "--port", str(port), "--log-level", "warning"]
+    log_path = tmp_path / "server.log"
+    with log_path.open("ab") as log_file:
+        env = {**os.environ, "CFMAPS_DATA_DIR": str(tmp_path / "data"), "TMPDIR": str(scratch),
+               "CFMAPS_WARM_UP": "false"}
+        server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
+        try:
+            def up() -> bool:
+                assert server.poll() is None, log_path.read_text()
+                try:
+                    return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            wait_until(up, timeout=120)
+            r = httpx.post(f"{base}/v1/models", files={"model": ("m.skops", rf.skops)})
+            assert r.status_code == 202, r.text
+            url = f"{base}/v1/models/{r.json()['id']}"
+            wait_until(lambda: httpx.get(url).json()["status"] == "ready", timeout=300)
+            assert list(scratch.glob("pymp-*")), "the build started no forkserver"
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait(timeout=10)
+    assert server.returncode == -signal.SIGTERM, log_path.read_text()
+    assert list(scratch.glob("pymp-*")) == [], log_path.read_text()
+
+
 # -- a client that gives up on a long query ----------------------------------------------------
 def _post_and_leave(base: str, url: str, body: bytes, content_type: str,
                     started: threading.Event) -> None:
