@@ -364,7 +364,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # N processes, each an app over the shared data dir (see app.registry.Registry.sync);
         # each configures its own logging (create_app reads this variable).
         os.environ[WORKER_LOG_ENV] = args.log_level
-        uvicorn.run("app.main:create_app", factory=True, workers=workers, **common)
+        uvicorn.run("app.cli:worker_app", factory=True, workers=workers, **common)
     return 0
 
 
@@ -387,6 +387,16 @@ def _clean_up_after_sigterm() -> None:
         signal.raise_signal(signum)
 
     signal.signal(signal.SIGTERM, remove_then_end)
+
+
+def worker_app() -> Any:
+    """The app of one of ``cfmaps serve --workers N``'s processes (uvicorn's factory, called
+    in each), with :func:`_clean_up_after_sigterm` installed there: each process starts a
+    forkserver of its own when it builds."""
+    from app.main import create_app
+
+    _clean_up_after_sigterm()
+    return create_app()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
