@@ -142,7 +142,7 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     if not (CHROMIUM and DRIVER):  # only reached when CFMAPS_REQUIRE_BROWSER is set
         pytest.fail("CFMAPS_REQUIRE_BROWSER is set but chromium/chromedriver are missing "
                     "(apt-get install chromium chromium-driver)", pytrace=False)
@@ -153,8 +153,12 @@ def browser():
                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--disable-dev-shm-usage", "--hide-scrollbars"):
         opts.add_argument(flag)
-    # the driver given explicitly: Selenium Manager never downloads one
-    drv = webdriver.Chrome(service=ChromeService(DRIVER), options=opts)
+    # the driver given explicitly: Selenium Manager never downloads one. Its own TMPDIR:
+    # chromium made a singleton-socket directory (org.chromium.Chromium.*) in /tmp at
+    # every run and left it there.
+    tmp = tmp_path_factory.mktemp("chromium")
+    drv = webdriver.Chrome(service=ChromeService(DRIVER, env={**os.environ, "TMPDIR": str(tmp)}),
+                           options=opts)
     _viewport(drv, 1280, 800)
     yield drv
     drv.quit()
