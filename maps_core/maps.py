@@ -24,7 +24,13 @@ from .options import QueryOptions, categories, make_options
 from .partition import Partition, extract
 from .query import SearchBudget, SearchOutput, locate, locate_rect, search_batch
 from .results import BuildStats, Counterfactual, CounterfactualResult, QueryStats, Region
-from .schema import FeatureSchema, first_misnamed, made_up_names, unknown_feature
+from .schema import (
+    FeatureSchema,
+    first_misnamed,
+    lightgbm_name,
+    made_up_names,
+    unknown_feature,
+)
 from .storage import Artifact, load_artifact, save_artifact
 
 ProgressCallback = Callable[[float], None]
@@ -272,7 +278,7 @@ class CounterfactualMaps:
         if self.engine.ensemble.kind.startswith("LightGBM"):
             # LightGBM wrote the training DataFrame's column "a b" as "a_b" and its own
             # predict takes that DataFrame: so do the maps, when the renaming is one to one
-            written = [re.sub(r"\s", "_", c) for c in cols]
+            written = [lightgbm_name(c) for c in cols]
             if len(set(written)) == len(written) and set(written) == set(names):
                 return [written.index(n) for n in names]
         if made_up_names(self.engine.ensemble.feature_names) and len(cols) == len(names):

@@ -419,13 +419,18 @@ def made_up_names(names: Sequence[str] | None) -> bool:
     return names is None or all(str(n) == f"Column_{i}" for i, n in enumerate(names))
 
 
+def lightgbm_name(name: str) -> str:
+    """The name LightGBM gives a feature named ``name``: it writes whitespace as ``_``."""
+    return re.sub(r"\s", "_", name)
+
+
 def unknown_feature(name: Any, names: Sequence[str]) -> str:
     """"unknown feature 'a b'", with a hint when the model names it otherwise: LightGBM
     writes whitespace in feature names as ``_`` (a DataFrame column ``'a b'`` is the
     model's ``'a_b'``), so the names a client trained with are not the model's."""
     text = f"unknown feature {name!r}"
     if isinstance(name, str):
-        alias = re.sub(r"\s", "_", name)
+        alias = lightgbm_name(name)
         if alias != name and alias in names:
             text += f" (the model names it {alias!r}: LightGBM writes whitespace in names as '_')"
     return text

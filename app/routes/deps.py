@@ -89,7 +89,9 @@ def declared_query(route: APIRoute | None) -> tuple[str, ...]:
         pending = [route.dependant]
         while pending:
             dep = pending.pop()
-            names += (p.alias for p in dep.query_params if p.alias not in names)
+            for p in dep.query_params:
+                if p.alias not in names:
+                    names.append(p.alias)
             pending += reversed(dep.dependencies)
         route.__dict__["_cfmaps_query"] = names
     return tuple(names)

@@ -588,35 +588,16 @@ def test_a_server_stopped_by_sigterm_leaves_no_forkserver_directory(
     ``--workers 2``, every stop of a worker process that had built one)."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
-           "serve", "--port", str(port), "--log-level", "warning", "--workers", str(workers)]
     log_path = tmp_path / "server.log"
-    with log_path.open("ab") as log_file:
-        env = {**os.environ, "CFMAPS_DATA_DIR": str(tmp_path / "data"), "TMPDIR": str(scratch),
-               "CFMAPS_WARM_UP": "false"}
-        server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log_file)
-        try:
-            def up() -> bool:
-                assert server.poll() is None, log_path.read_text()
-                try:
-                    return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            wait_until(up, timeout=120)
-            r = httpx.post(f"{base}/v1/models", files={"model": ("m.skops", rf.skops)})
-            assert r.status_code == 202, r.text
-            url = f"{base}/v1/models/{r.json()['id']}"
-            wait_until(lambda: httpx.get(url).json()["status"] == "ready", timeout=300)
-            assert list(scratch.glob("pymp-*")), "the build started no forkserver"
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=60)
-        finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait(timeout=10)
+    with _cfmaps_serve(tmp_path / "data", log_path, workers=workers, TMPDIR=str(scratch),
+                       CFMAPS_WARM_UP="false") as (server, base):
+        r = httpx.post(f"{base}/v1/models", files={"model": ("m.skops", rf.skops)})
+        assert r.status_code == 202, r.text
+        url = f"{base}/v1/models/{r.json()['id']}"
+        wait_until(lambda: httpx.get(url).json()["status"] == "ready", timeout=300)
+        assert list(scratch.glob("pymp-*")), "the build started no forkserver"
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
     # (uvicorn's supervisor of several workers exits 0 once they have stopped)
     assert server.returncode == (-signal.SIGTERM if workers == 1 else 0), log_path.read_text()
     assert list(scratch.glob("pymp-*")) == [], log_path.read_text()
