@@ -77,6 +77,19 @@ def _context() -> Any:
     return ctx
 
 
+def remove_forkserver_dir() -> None:
+    """Remove multiprocessing's temporary directory of this process (``pymp-*``, where the
+    forkserver of :func:`_context` keeps its socket).
+
+    Python's exit handlers remove it, but a process that ends by re-raising SIGTERM (as
+    uvicorn does once it has shut down) never runs them; ``cfmaps serve`` and ``cfmaps
+    demo`` call this first. It creates the directory only to remove it when this process
+    never made one."""
+    import multiprocessing.util
+
+    shutil.rmtree(multiprocessing.util.get_temp_dir(), ignore_errors=True)
+
+
 class BuildCancelled(Exception):
     """The build's model was deleted, or the service is stopping."""
 

@@ -377,12 +377,12 @@ def _clean_up_after_sigterm() -> None:
     them, never run: every stop left one in the temp dir. uvicorn puts back the handler it
     found before re-raising the signal; this one removes the directory, then ends by the
     signal as before."""
-    import multiprocessing.util
-    import shutil
     import signal
 
+    from app.builds import remove_forkserver_dir
+
     def remove_then_end(signum: int, frame: Any) -> None:
-        shutil.rmtree(multiprocessing.util.get_temp_dir(), ignore_errors=True)
+        remove_forkserver_dir()
         signal.signal(signum, signal.SIG_DFL)
         signal.raise_signal(signum)
 

@@ -287,7 +287,8 @@ def run_demo(host: str = "127.0.0.1", port: int = 8000, data_dir: str | None = N
     """Serve the demo until interrupted; returns the exit status.
 
     Stopped by SIGTERM (``docker stop``, systemd, ``kill``), it removes its temporary data
-    directory and then ends by that signal, as ``cfmaps serve`` does. uvicorn re-raises
+    directory and its build forkserver's (``pymp-*``), then ends by that signal, as
+    ``cfmaps serve`` does. uvicorn re-raises
     the signal it stopped on; with the default action the process ended on the spot and
     left the directory (the demo's built maps, about 7 MB) behind in the temp dir.
     """
@@ -306,6 +307,9 @@ def run_demo(host: str = "127.0.0.1", port: int = 8000, data_dir: str | None = N
         if main:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     if terminated:
+        from app.builds import remove_forkserver_dir
+
+        remove_forkserver_dir()  # the exit handlers that would have removed it do not run
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
         return 128 + signal.SIGTERM  # not reached: the signal ends the process
