@@ -19,6 +19,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from maps_core import DEFAULT_MAX_RECTANGLES, available_memory, default_build_memory
 from maps_core.options import MAX_K
 
+from .schemas import Norm
+
 MiB = 1024 * 1024
 #: Largest byte budget (1 PiB): past about 6e18 a build worker's address-space limit
 #: (RLIMIT_AS, 1.5 times the budget) no longer fits the kernel's 64-bit value.
@@ -219,7 +221,7 @@ class Settings(BaseSettings):
     build_max_seconds: float | None = Field(default=900.0, gt=0)
     build_max_rectangles: int | None = Field(default=DEFAULT_MAX_RECTANGLES, gt=0)
     build_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)
-    default_norm: Literal["l1", "l2", "linf", "l0"] = "l1"
+    default_norm: Norm = "l1"
     log_format: Literal["text", "json"] = "text"
     shutdown_grace_seconds: float = Field(default=30.0, gt=0)
     role: Literal["all", "api", "builder"] = "all"

@@ -634,3 +634,64 @@ def test_paths_the_cli_cannot_use_are_one_error_line(
     with pytest.raises(SystemExit) as exc:
         main(["build", str(model_file), "--out", str(tmp_path / "m"), "--max-memory", "1e400"])
     assert exc.value.code == 2
+
+
+# -- README's command-line examples run as written ---------------------------------------------
+def _readme_commands() -> list[list[str]]:
+    """The ``cfmaps build`` and ``cfmaps query`` lines of README's "Command line" block as
+    argument lists: continuation lines joined, comments dropped, each optional ``[...]``
+    group kept and the first of its ``a|b`` choices taken."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Command line", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:2] not in (["cfmaps", "build"], ["cfmaps", "query"]):
+            continue
+        argv, opened = [], False
+        for w in words[1:]:
+            if w.startswith("[-") and not opened:  # (not a JSON list)
+                w, opened = w[1:], True
+            if opened and w.endswith("]"):
+                w, opened = w[:-1], False
+            argv.append(w.split("|")[0] if w.startswith(("l1|", "one-hot|")) else w)
+        assert not opened, line
+        commands.append(argv)
+    return commands
+
+
+def test_readme_command_line_examples_run_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every build and query line of README's "Command line" section, with its optional
+    flags, runs on a model of the features it names (its --options named a feature the
+    instance did not have, so it could only fail)."""
+    commands = _readme_commands()
+    assert [c[0] for c in commands].count("build") == 2 and len(commands) >= 5, commands
+    rng = np.random.default_rng(0)
+    n = 400
+    X = np.column_stack([rng.integers(0, 100, n) * 5000.0, rng.integers(21, 70, n),
+                         rng.integers(0, 2, n)]).astype(float)
+    y = ((X[:, 2] == 1) & (X[:, 0] < 150_000)).astype(int)
+    model = RandomForestClassifier(n_estimators=10, max_depth=4, random_state=0).fit(X, y)
+    monkeypatch.chdir(tmp_path)
+    sio.dump(model, tmp_path / "model.skops")
+    (tmp_path / "spec.json").write_text(json.dumps({"features": [
+        {"name": "LIMIT_BAL", "type": "continuous", "lower": 0, "upper": 1_000_000},
+        {"name": "AGE", "type": "integer", "lower": 18, "upper": 100},
+        {"name": "PAY_0_LATE", "type": "binary"}]}))
+    rows = ["LIMIT_BAL,AGE,PAY_0_LATE,DEFAULT", "F,D,B,T"]
+    rows += [f"{a:g},{b:g},{c:g},{t}" for (a, b, c), t in zip(X, y, strict=True)]
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "instance.json").write_text('{"LIMIT_BAL": 50000, "AGE": 26, "PAY_0_LATE": 1}')
+    assert model.predict([[50000, 26, 1]])[0] == 1  # so that target 0 is another class
+    for argv in commands:
+        code, out, err = _run(capsys, *argv)
+        assert code == 0, (argv, err)
+        if argv[0] == "query":
+            doc = json.loads(out)
+            assert doc["feasible"], (argv, doc)
+            cf = [doc["counterfactual"][f] for f in ("LIMIT_BAL", "AGE", "PAY_0_LATE")]
+            assert model.predict([cf])[0] == 0, (argv, doc)
