@@ -231,7 +231,9 @@ class CounterfactualRequest(_InstancesRequest):
         default=None, description="Features that must not change."
     )
     direction: dict[str, Direction] | None = Field(
-        default=None, description="Allowed direction of change, by feature name."
+        default=None,
+        description=("Allowed direction of change, by feature name; restricts the spec's (the "
+                     "opposite of the spec's direction fixes the feature, any keeps it)."),
     )
     bounds: dict[str, tuple[FiniteFloat | None, FiniteFloat | None]] | None = Field(
         default=None,

@@ -381,7 +381,9 @@ class CounterfactualMaps:
             Per-unit cost per feature; defaults to the schema's weights (see
             :mod:`maps_core.schema`).
         immutable, direction, bounds : optional
-            Constraints (defaults from the schema's ``mutable`` and ``direction``).
+            Constraints, added to the schema's ``mutable``, ``direction`` and bounds: they
+            restrict the schema's, never lift them (a direction against the schema's fixes
+            the feature).
         k : int
             Number of counterfactuals from distinct rectangles, nearest first.
         group_costs : mapping, optional

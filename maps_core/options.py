@@ -195,7 +195,15 @@ def make_options(
                     "decrease in (fix it with immutable, or restrict it with bounds)",
                     f"direction.{names[j]}",
                 )
-            dirs[j] = _DIRECTIONS[v]
+            want = _DIRECTIONS[v]
+            if want and dirs[j] == -want:
+                # the spec's one way and the query's other way: a restriction of a
+                # restriction leaves the feature where it is (a query never lifts the spec's
+                # direction, as it never lifts its immutables or bounds)
+                imm = changes.setdefault("immutable", base.immutable.copy())
+                imm[j] = True
+            elif want:
+                dirs[j] = want
         changes["direction"] = dirs
     if bounds is not None:
         lower, upper = base.lower.copy(), base.upper.copy()

@@ -402,6 +402,47 @@ def test_schema_defaults_are_constraints_too(norm: str) -> None:
     assert n_feasible > 0
 
 
+@pytest.mark.parametrize("norm", NORMS)
+def test_query_directions_restrict_the_schemas_never_lift_them(norm: str) -> None:
+    """README: a query's ``direction`` restricts the spec's. ``any`` keeps the spec's one
+    way, and the opposite way leaves the feature fixed; it used to replace the spec's, so a
+    client could move a feature the spec allows only to increase downwards."""
+    X, y = make_data(PLAIN, 3, 3)
+    model = FACTORIES["rf"](3, 3).fit(X, y)
+    feats = [Feature(name=c.name, type=c.type, lower=c.lower, upper=c.upper) for c in PLAIN]
+    feats[1] = replace(feats[1], direction="increase")
+    feats[3] = replace(feats[3], direction="decrease")
+    maps = CounterfactualMaps.build(model, FeatureSchema(tuple(feats)))
+    bf = BruteForce(model, PLAIN)
+    w = np.array([1.0, 1 / 12, 1.0, 1 / 6, 1 / 12])
+    declared = {"direction": {"i1": "increase", "c3": "decrease"}}
+    against = {"direction": {"i1": "increase", "c3": "decrease"}, "immutable": ["i1", "c3"]}
+    rng = np.random.default_rng(seed_of("restrict", norm))
+    n_differ = 0
+    for x in X[rng.choice(len(X), 16, replace=False)]:
+        pred = bf.predict_index(x)
+        targets = [c for c in range(3) if c != pred]
+        for asked, meant in (({"i1": "any", "c3": "any"}, declared),
+                             ({"i1": "decrease", "c3": "increase"}, against)):
+            res = maps.counterfactual(x, norm=norm, direction=asked)
+            cells = bf.solve(x, targets, meant, w, norm)
+            if cells.dist.size == 0:
+                assert res.feasible is False and res.reason
+                continue
+            assert res.feasible, res.reason
+            assert abs(res.best.distance - cells.dist.min()) <= 1e-9 * max(1.0, cells.dist.min())
+            assert res.best.x[1] >= x[1] and res.best.x[3] <= x[3]
+            if meant is against:
+                assert res.best.x[1] == x[1] and res.best.x[3] == x[3]
+        # what replacing the spec's directions answered
+        replaced = bf.solve(x, targets, {"direction": {"i1": "decrease", "c3": "increase"}},
+                            w, norm)
+        fixed = bf.solve(x, targets, against, w, norm)
+        n_differ += replaced.dist.size > 0 and (fixed.dist.size == 0
+                                                or fixed.dist.min() > replaced.dist.min())
+    assert n_differ > 0  # these rows tell the two readings apart
+
+
 @pytest.mark.parametrize("scale, gap", [(1e3, 1e-3), (1e6, 1.0), (1e17, 1e10)],
                          ids=["tie-1e3", "tie-1e6", "count-1e17"])
 def test_l0_in_large_units(scale: float, gap: float) -> None:
