@@ -94,7 +94,14 @@ async def counterfactuals(
     check_answers(n, body.k, limits)
     query = functools.partial(counterfactual_answer, entry.maps, entry.codec, body, limits,
                               resolve_target=entry.target_resolver(), display=entry.display)
-    with charged(request, n * min(int(body.k), settings.max_k)):
+    k = min(int(body.k), settings.max_k)
+    # a request over the whole limit names what to shrink: k when one instance asks too much
+    if n == 1 and k > 1:
+        field, advice = "k", "ask for fewer alternatives (a smaller k)"
+    else:
+        field = "instances"
+        advice = "split it into smaller batches" + (" or ask for a smaller k" if k > 1 else "")
+    with charged(request, n * k, field=field, advice=advice):
         # CPU-bound engine work runs in a worker thread so that the event loop keeps
         # serving, unless it is bounded and short (runs_inline): then the hop costs more.
         if runs_inline(entry.maps, body):

@@ -137,3 +137,22 @@ def test_a_refused_request_costs_no_answers(service_factory: Any, rf: Fitted) ->
             assert r.status_code == 422 and r.json()["field"] == "instances.1.x0", r.text
         assert c.post(url, json={"instances": x[:10]}, headers=A).status_code == 200  # 20 of 20
         assert c.post(url, json={"instance": x[0]}, headers=A).status_code == 429
+
+
+def test_a_request_over_the_whole_limit_names_what_to_shrink(service_factory: Any,
+                                                             rf: Fitted) -> None:
+    """One instance asking for more alternatives than a minute's worth is refused naming
+    ``k`` (it named ``instances`` and advised smaller batches); a batch names its rows."""
+    with service_factory(rate_limit_per_minute=20, max_k=50) as svc:
+        model_id = svc.add(rf.skops)
+        url = f"/v1/models/{model_id}/counterfactuals"
+        x = rf.X[:11].tolist()
+        r = svc.client.post(url, json={"instance": x[0], "k": 21})
+        assert r.status_code == 429 and r.json()["field"] == "k", r.text
+        assert "smaller k" in r.json()["message"] and "batches" not in r.json()["message"]
+        r = svc.client.post(url, json={"instances": x[:2], "k": 11})
+        assert r.status_code == 429 and r.json()["field"] == "instances", r.text
+        assert "smaller batches or ask for a smaller k" in r.json()["message"]
+        r = svc.client.post(url, json={"instances": [x[0]] * 21})
+        assert r.status_code == 429 and r.json()["field"] == "instances", r.text
+        assert r.json()["message"].endswith("split it into smaller batches")
