@@ -8,7 +8,17 @@ const $ = (id) => document.getElementById(id);
 // inherited function and the bound typed there was dropped, and inst["__proto__"] = 1 set
 // no key at all).
 const dict = () => Object.create(null);
-const state = { model: null, features: [], groups: dict(), lastAnswer: null, mapUrl: null, mapSeq: 0 };
+// Answers arrive in any order: a query's, a picture's or a model's answer is shown only when
+// it answers the latest request of its kind (querySeq, mapSeq, modelSeq); picking another
+// model supersedes them all.
+const state = {
+  model: null, features: [], groups: dict(), lastAnswer: null, mapUrl: null,
+  mapSeq: 0, querySeq: 0, modelSeq: 0,
+};
+// The request paths an API error's `field` starts with, before a feature's name. A name may
+// hold "." itself (`a.b "q"`): the field is matched against the known names, never split.
+const FEATURE_FIELDS = ["instance", "bounds", "direction", "immutable", "weights"];
+const SPEC_FIXED = "fixed by the model's spec";
 // A nominal feature with fewer codes than this is chosen from a list; more, typed in.
 const MAX_CODE_OPTIONS = 200;
 
@@ -42,24 +52,33 @@ function cleanErrors() {
   });
 }
 
+// The feature an error's field names after `prefix.` ("bounds.AGE", "bounds.AGE.0"): the
+// longest known name the rest equals or starts with, followed by ".".
+function featureIn(rest) {
+  let best = null;
+  for (const f of state.features) {
+    if ((rest === f.name || rest.startsWith(f.name + ".")) && (!best || f.name.length > best.name.length)) best = f;
+  }
+  return best;
+}
+
 // An API error names its field ("instance.AGE", "bounds.AGE", "k"): show it there.
 function showError(err) {
   const field = err.field || "";
-  const parts = field.split(".");
   let input = null;
   let slot = null;
-  if (parts[0] === "instance" && parts.length > 1) {
-    const name = parts.slice(1).join(".");
-    const f = state.features.find((x) => x.name === name);
-    input = document.querySelector(`[data-feature="${CSS.escape(name)}"]`)
-      || (f && f.group && document.querySelector(`[data-group="${CSS.escape(f.group)}"]`));
+  const prefix = FEATURE_FIELDS.find((p) => field.startsWith(p + "."));
+  const f = prefix && featureIn(field.slice(prefix.length + 1));
+  if (prefix === "instance" && f) {
+    input = document.querySelector(`#fields [data-feature="${CSS.escape(f.name)}"]`)
+      || (f.group && document.querySelector(`[data-group="${CSS.escape(f.group)}"]`));
     slot = input && $(input.getAttribute("aria-describedby").split(" ")[0]);
-  } else if (["immutable", "direction", "bounds"].includes(parts[0]) && parts.length > 1) {
-    input = document.querySelector(`[data-constraint="${parts[0]}"][data-name="${CSS.escape(parts[1])}"]`);
+  } else if (["immutable", "direction", "bounds"].includes(prefix) && f) {
+    input = document.querySelector(`[data-constraint="${prefix}"][data-name="${CSS.escape(f.name)}"]`);
     slot = $("form-error");
-  } else if (["target", "norm", "k"].includes(parts[0])) {
-    input = $("opt-" + parts[0]);
-    slot = $("err-" + parts[0]);
+  } else if (["target", "norm", "k"].includes(field)) {
+    input = $("opt-" + field);
+    slot = $("err-" + field);
   }
   if (input) {
     // a constraint's control may sit in the closed <details>: open it so focus can land
@@ -126,8 +145,14 @@ function weightOf(f) {
 }
 
 async function selectModel(id) {
+  const seq = ++state.modelSeq;
   const { body: m } = await api("v1/models/" + encodeURIComponent(id), { headers: headers(false) });
+  if (seq !== state.modelSeq) return;  // another model was picked meanwhile
   state.model = m;
+  // answers still on their way are the previous model's: drop them when they come
+  state.querySeq++;
+  state.mapSeq++;
+  $("submit").disabled = false;
   state.features = m.features;
   state.groups = dict();
   m.features.forEach((f, j) => {
@@ -137,8 +162,9 @@ async function selectModel(id) {
   buildForm();
   buildOptions();
   buildMapControls();
-  $("answer").hidden = true;
   cleanErrors();
+  clearAnswer();
+  clearMap();
 }
 
 function makeField(id, labelText, control, meta, fixed) {
@@ -254,14 +280,35 @@ function buildOptions() {
     th.scope = "row";
     th.textContent = f.name;
     tr.appendChild(th);
+    // What the spec fixes, a query cannot lift (its immutable adds to the spec's, its
+    // direction restricts the spec's): such a control shows the spec's choice, disabled,
+    // and says why.
+    const spec = !f.mutable ? "immutable" : f.direction === "increase" || f.direction === "decrease"
+      ? f.direction + " only" : null;
+    let note = null;
+    if (spec) {
+      note = document.createElement("span");
+      note.className = "fixed";
+      note.id = "spec-" + j;
+      note.textContent = `${spec}: ${SPEC_FIXED}`;
+      th.appendChild(note);
+    }
+    const bySpec = (el) => {
+      el.disabled = true;
+      el.title = SPEC_FIXED;
+      el.setAttribute("aria-describedby", note.id);
+    };
     const imm = document.createElement("input");
     imm.type = "checkbox";
     imm.checked = !f.mutable;
     imm.dataset.constraint = "immutable";
     imm.dataset.name = f.name;
     imm.setAttribute("aria-label", f.name + " immutable");
+    if (!f.mutable) bySpec(imm);
     const dir = document.createElement("select");
-    for (const v of ["any", "increase", "decrease"]) {
+    const ordered = !(f.group || f.type === "nominal");
+    const choices = ordered && spec && f.mutable ? [f.direction] : ["any", "increase", "decrease"];
+    for (const v of choices) {
       const o = document.createElement("option");
       o.value = v;
       o.textContent = v;
@@ -271,6 +318,12 @@ function buildOptions() {
     dir.dataset.constraint = "direction";
     dir.dataset.name = f.name;
     dir.setAttribute("aria-label", f.name + " direction");
+    if (!ordered) {
+      dir.disabled = true;  // no order to follow
+      dir.title = "a category has no order to follow";
+    } else if (spec) {
+      bySpec(dir);
+    }
     const cells = [imm, dir];
     for (const side of ["lower", "upper"]) {
       const b = document.createElement("input");
@@ -283,7 +336,6 @@ function buildOptions() {
       b.setAttribute("aria-label", f.name + " " + side + " bound");
       cells.push(b);
     }
-    if (f.group || f.type === "nominal") { dir.disabled = true; }  // no order to follow
     for (const c of cells) {
       const td = document.createElement("td");
       td.appendChild(c);
@@ -293,8 +345,22 @@ function buildOptions() {
   });
 }
 
+// The features a map can show: any but a one-hot group's columns.
+function mapNames() {
+  return state.features.filter((f) => !f.group).map((f) => f.name);
+}
+
 function buildMapControls() {
-  const names = state.features.filter((f) => !f.group).map((f) => f.name);
+  const names = mapNames();
+  // a slice needs two features: with fewer, say so instead of asking for a picture the
+  // API refuses ("the two features must differ") at every query
+  const none = names.length < 2;
+  $("map-controls").hidden = none;
+  $("map-figure").hidden = none;
+  $("map-none").hidden = !none;
+  $("map-none").textContent = none
+    ? `No map for this model: a slice needs two features other than one-hot columns, and it has ${names.length}.`
+    : "";
   for (const [id, pick] of [["map-a", 0], ["map-b", 1]]) {
     const sel = $(id);
     sel.innerHTML = "";
@@ -405,6 +471,11 @@ function fillRows(tbody, rows) {
   }
 }
 
+function clearAnswer() {
+  state.lastAnswer = null;
+  $("answer").hidden = true;
+}
+
 function showAnswer(a) {
   state.lastAnswer = a;
   $("answer").hidden = false;
@@ -417,6 +488,23 @@ function showAnswer(a) {
   }
   $("distance").textContent = fmt(a.distance);
   $("distance").dataset.value = String(a.distance);
+  // Certified optimal only when the API says so: with on_budget "best" a search out of its
+  // budget answers its nearest find, optimal false, with a certified lower bound.
+  const proven = a.optimal === true;
+  const badge = $("optimal");
+  badge.textContent = proven ? "certified optimal" : "not proven optimal";
+  badge.className = proven ? "badge" : "badge unproven";
+  const lb = $("lower-bound");
+  lb.hidden = proven;
+  lb.textContent = "";
+  if (!proven) {
+    const bound = a.lower_bound === null || a.lower_bound === undefined ? null : a.lower_bound;
+    lb.dataset.value = String(bound);
+    lb.textContent = bound === null
+      ? "The search ran out of its budget: this answer is valid, but it is not proven to be the nearest."
+      : `The search ran out of its budget: this answer is valid, but not proven the nearest. `
+        + `No counterfactual is nearer than ${fmt(bound)} (certified lower bound).`;
+  }
   fillRows($("changes").querySelector("tbody"), changeRows(a.changes));
   const region = $("region").querySelector("tbody");
   fillRows(region, Object.entries(a.region).map(([n, r]) => [n, rangeText(r)]));
@@ -441,10 +529,22 @@ function showAnswer(a) {
 async function submitQuery(ev) {
   ev.preventDefault();
   cleanErrors();
+  if (!state.model) return;
+  // the latest query only: an answer to an earlier one, or to another model's, is dropped
+  const seq = ++state.querySeq;
+  const current = () => seq === state.querySeq;
+  const fail = (err) => {
+    // an old answer (and its picture) beside a new error would be read as its answer; a
+    // picture still on its way for the old one is dropped too
+    state.mapSeq++;
+    clearAnswer();
+    clearMap();
+    showError(err);
+  };
   const req = readRequest();
   for (const [name, v] of Object.entries(req.instance)) {
     if (v === null || Number.isNaN(v)) {
-      showError({ field: "instance." + name, message: `feature '${name}' needs a number` });
+      fail({ field: "instance." + name, message: `feature '${name}' needs a number` });
       return;
     }
   }
@@ -453,12 +553,13 @@ async function submitQuery(ev) {
     const { body } = await api(`v1/models/${encodeURIComponent(state.model.id)}/counterfactuals`, {
       method: "POST", headers: headers(true), body: JSON.stringify(req),
     });
+    if (!current()) return;
     showAnswer(body);
     await drawMap();
   } catch (err) {
-    showError(err);
+    if (current()) fail(err);
   } finally {
-    $("submit").disabled = false;
+    if (current()) $("submit").disabled = false;
   }
 }
 
@@ -482,6 +583,27 @@ function zoomRange(name) {
   return [a0, a1];
 }
 
+// What the map's counterfactual (the slice's nearest under the spec alone: only a and b
+// move) breaks of the constraints this query sets in the form: the map route takes none.
+function brokenConstraints(cf, a, b, inst) {
+  const req = readRequest();
+  const at = (n) => (n === a || n === b ? cf[n] : inst[n]);
+  const out = [];
+  for (const n of [a, b]) {
+    if (cf[n] === inst[n]) continue;
+    if (req.immutable.includes(n)) out.push(`${n} is immutable`);
+    const d = req.direction && req.direction[n];
+    if ((d === "increase" && cf[n] < inst[n]) || (d === "decrease" && cf[n] > inst[n])) out.push(`${n} may only ${d}`);
+  }
+  for (const [n, [lo, hi]] of Object.entries(req.bounds || {})) {
+    const v = at(n);
+    if ((lo !== null && v < lo) || (hi !== null && v > hi)) {
+      out.push(`${n} must lie within [${lo === null ? "-inf" : fmt(lo)}, ${hi === null ? "inf" : fmt(hi)}]`);
+    }
+  }
+  return out;
+}
+
 function clearMap() {
   const img = $("map-img");
   img.removeAttribute("src");
@@ -497,7 +619,7 @@ async function drawMap() {
   // one may be shown, whatever order the answers arrive in.
   const seq = ++state.mapSeq;
   const a = $("map-a").value, b = $("map-b").value;
-  if (!state.model || !a || !b) return;
+  if (!state.model || !a || !b || mapNames().length < 2) return;
   // no size: the service's default, fitted to its CFMAPS_MAP_MAX_SIDE (480x360 or less)
   const req = { features: [a, b], instance: readInstance(), norm: $("opt-norm").value };
   if ($("opt-target").value !== "") req.target = JSON.parse($("opt-target").value);
@@ -527,12 +649,21 @@ async function drawMap() {
     const classes = JSON.parse(res.headers.get("X-Map-Classes"));
     const colours = JSON.parse(res.headers.get("X-Map-Colours"));
     const cf = JSON.parse(res.headers.get("X-Map-Counterfactual"));
-    img.alt = `Classes over ${a} (${span(a, ext[0], ext[1])}) and ${b} (${span(b, ext[2], ext[3])})`
-      + (cf ? `; nearest counterfactual in this slice at ${a} = ${fmt(cf[a])}, ${b} = ${fmt(cf[b])}.` : "; no counterfactual in this slice.");
+    const at = cf && `${a} = ${fmt(cf[a])}, ${b} = ${fmt(cf[b])}`;
     const outside = cf && (cf[a] < ext[0] || cf[a] > ext[1] || cf[b] < ext[2] || cf[b] > ext[3]);
-    $("map-caption").textContent = `${a}: ${span(a, ext[0], ext[1])} (left to right). `
-      + (cf ? `Nearest in this slice: ${a} = ${fmt(cf[a])}, ${b} = ${fmt(cf[b])}`
-        + (outside ? " (outside the picture)." : ".") : "No counterfactual in this slice.");
+    const broken = cf ? brokenConstraints(cf, a, b, req.instance) : [];
+    let said;
+    if (!cf) said = "No counterfactual in this slice.";
+    else if (broken.length) {
+      // the picture's point obeys the spec only: never call it the nearest when it
+      // breaks what this query asks (a point that obeys them is also their nearest)
+      said = `The map applies the model's spec but not this query's constraints: its diamond (${at}`
+        + (outside ? ", outside the picture" : "") + `) breaks them (${broken.join("; ")}), so it is no answer to this query.`;
+    } else {
+      said = `Nearest in this slice: ${at}` + (outside ? " (outside the picture)." : ".");
+    }
+    img.alt = `Classes over ${a} (${span(a, ext[0], ext[1])}) and ${b} (${span(b, ext[2], ext[3])}). ` + said;
+    $("map-caption").textContent = `${a}: ${span(a, ext[0], ext[1])} (left to right). ` + said;
     $("map-b-name").textContent = `${b}: ${span(b, ext[2], ext[3])}`;
     const legend = $("legend");
     legend.innerHTML = "";
@@ -551,6 +682,19 @@ async function drawMap() {
     $("err-map").textContent = "Map: " + err.message;
   }
 }
+
+// The page's icon, made here: without one the browser asks for /favicon.ico (a 404 in its
+// console), and the content security policy refuses a data: URL for it (img-src is 'self'
+// and blob: only). This runs before the page's load, when the browser would look for one.
+function setIcon() {
+  // a 16x16 PNG in the map's blue (#0072B2)
+  const png = atob("iVBORw0KGgoAAAANSUhEUgAAABAAAAAQCAIAAACQkWg2AAAAFUlEQVR42mNgKNpEGhrVMKph+GoAAIsyJBDHpIaQAAAAAElFTkSuQmCC");
+  const link = document.createElement("link");
+  link.rel = "icon";
+  link.href = URL.createObjectURL(new Blob([Uint8Array.from(png, (c) => c.charCodeAt(0))], { type: "image/png" }));
+  document.head.appendChild(link);
+}
+setIcon();
 
 document.addEventListener("DOMContentLoaded", () => {
   $("query").addEventListener("submit", submitQuery);

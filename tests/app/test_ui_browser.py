@@ -75,6 +75,9 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 # Records what the page asks of the API: the test replays the same requests itself.
 RECORD_FETCH = """
+window.__errors = [];
+window.addEventListener("error", (e) => window.__errors.push(String(e.message)));
+window.addEventListener("unhandledrejection", (e) => window.__errors.push(String(e.reason)));
 window.__requests = [];
 const orig = window.fetch;
 window.fetch = (url, opts) => {
@@ -101,44 +104,54 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    settings = Settings(data_dir=tmp_path_factory.mktemp("ui") / "data", api_tokens=[TOKEN],
-                        admin_token=ADMIN)
+@contextlib.contextmanager
+def _serving(settings: Settings) -> Iterator[tuple[str, str, Fitted]]:
+    """A real server with ``settings`` in a thread, the loan model uploaded and ready:
+    yields its base URL, the model's id and the fitted model."""
     port = _free_port()
     srv = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
                                         log_level="warning"))
     th = threading.Thread(target=srv.run, daemon=True)
     th.start()
-    base = f"http://127.0.0.1:{port}"
-    # generous: on a fresh checkout the first build also compiles the numba kernels
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/readyz").status_code == 200:
+    try:
+        base = f"http://127.0.0.1:{port}"
+        # generous: on a fresh checkout the first build also compiles the numba kernels
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(base + "/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        fitted = _model()
+        r = httpx.post(base + "/v1/models", headers={"Authorization": f"Bearer {ADMIN}"},
+                       files={"model": ("m.skops", fitted.skops)}, data={"spec": json.dumps(SPEC)})
+        assert r.status_code == 202, r.text
+        mid = r.json()["id"]
+        while time.monotonic() < deadline:
+            info = httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()
+            if info["status"] in ("ready", "failed"):
                 break
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    fitted = _model()
-    r = httpx.post(base + "/v1/models", headers={"Authorization": f"Bearer {ADMIN}"},
-                   files={"model": ("m.skops", fitted.skops)}, data={"spec": json.dumps(SPEC)})
-    assert r.status_code == 202, r.text
-    mid = r.json()["id"]
-    while time.monotonic() < deadline:
-        info = httpx.get(f"{base}/v1/models/{mid}", headers=AUTH).json()
-        if info["status"] in ("ready", "failed"):
-            break
-        time.sleep(0.1)
-    assert info["status"] == "ready", info
-    # one query first, untimed: on a cold numba cache it compiles the search kernels, which
-    # can take longer than the page's 30 s waits below
-    warm = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
-                      json={"instance": INSTANCE}, timeout=300)
-    assert warm.status_code == 200, warm.text
-    yield base, mid, fitted
-    srv.should_exit = True
-    th.join(10)
+            time.sleep(0.1)
+        assert info["status"] == "ready", info
+        yield base, mid, fitted
+    finally:
+        srv.should_exit = True
+        th.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    settings = Settings(data_dir=tmp_path_factory.mktemp("ui") / "data", api_tokens=[TOKEN],
+                        admin_token=ADMIN)
+    with _serving(settings) as (base, mid, fitted):
+        # one query first, untimed: on a cold numba cache it compiles the search kernels,
+        # which can take longer than the page's 30 s waits below
+        warm = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
+                          json={"instance": INSTANCE}, timeout=300)
+        assert warm.status_code == 200, warm.text
+        yield base, mid, fitted
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +161,7 @@ def browser(tmp_path_factory):
                     "(apt-get install chromium chromium-driver)", pytrace=False)
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, read back
     # offline and quiet: no sync, no component updates, no first-run network calls
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -211,6 +225,7 @@ def _field(drv: Any, name: str) -> Any:
 def _open(drv: Any, base: str) -> WebDriverWait:
     drv.get(base + "/ui")
     drv.execute_script(RECORD_FETCH)
+    drv.get_log("browser")  # the console from here on only
     # the page re-renders its form when a model is chosen: a condition that read an
     # element being replaced is tried again (a CI run failed on one such stale element)
     wait = WebDriverWait(drv, 30, ignored_exceptions=(StaleElementReferenceException,))
@@ -225,12 +240,13 @@ def _requests(drv: Any, suffix: str) -> list[dict[str, Any]]:
             if r["url"].endswith(suffix) and r["body"]]
 
 
-def _fill(drv: Any) -> None:
-    _set(_field(drv, "income"), INSTANCE["income"])
-    Select(_field(drv, "late")).select_by_value(str(INSTANCE["late"]))
-    Select(drv.find_element(By.CSS_SELECTOR, '[data-group="home"]')).select_by_visible_text("rent")
-    _set(_field(drv, "debt"), INSTANCE["debt"])
-    _set(_field(drv, "age"), INSTANCE["age"])
+def _fill(drv: Any, inst: dict[str, Any] = INSTANCE) -> None:
+    _set(_field(drv, "income"), _fmt(inst["income"]))
+    Select(_field(drv, "late")).select_by_value(_fmt(inst["late"]))
+    Select(drv.find_element(By.CSS_SELECTOR, '[data-group="home"]')).select_by_visible_text(
+        "rent" if inst["home=rent"] else "own")
+    _set(_field(drv, "debt"), repr(float(inst["debt"])))
+    _set(_field(drv, "age"), _fmt(inst["age"]))
 
 
 def _shown_pixels(drv: Any) -> np.ndarray:
@@ -297,6 +313,10 @@ def test_query_through_the_page_matches_the_api(server, browser):
     assert fitted.model.predict(cf)[0] == 0
 
     assert drv.find_element(By.ID, "decision").text == "Decision: decline. Target: approve."
+    # proven: the badge says so, and no lower bound is needed
+    assert api["optimal"] is True
+    assert drv.find_element(By.ID, "optimal").text == "certified optimal"
+    assert not drv.find_element(By.ID, "lower-bound").is_displayed()
     distance = drv.find_element(By.ID, "distance")
     assert float(distance.get_attribute("data-value")) == api["distance"]
     assert distance.text == _fmt(api["distance"])
@@ -355,6 +375,12 @@ def test_query_through_the_page_matches_the_api(server, browser):
                               ".right") <= 390
     _screenshot(drv, "ui-390x844.png", (390, 844))
     _viewport(drv, 1280, 800)
+    # a quiet console: no error, nor the 404 of a /favicon.ico asked for (the page makes its
+    # own icon: the content security policy refuses a data: one)
+    assert [e for e in drv.get_log("browser") if e["level"] == "SEVERE"] == []
+    assert drv.execute_script("return window.__errors") == []
+    assert drv.execute_script(
+        "return document.querySelector('link[rel=icon]').href").startswith("blob:")
 
 
 def test_the_map_follows_the_features_picked(server, browser):
@@ -389,10 +415,18 @@ def test_validation_error_is_shown_beside_its_field(server, browser):
     drv = browser
     wait = _open(drv, base)
     _fill(drv)
+    # an answer and its picture first: a failed query must not leave them beside its error
+    drv.find_element(By.ID, "submit").click()
+    wait.until(lambda d: d.find_element(By.ID, "distance").is_displayed()
+               and d.find_element(By.ID, "map-caption").text)
     _set(_field(drv, "income"), 500)  # above the legal range [0, 200]
     drv.find_element(By.ID, "submit").click()
     err = wait.until(lambda d: d.find_element(By.ID, "err-in-0").text or None)
-    (sent,) = _requests(drv, "/counterfactuals")
+    assert not drv.find_element(By.ID, "answer").is_displayed()
+    assert drv.find_element(By.ID, "map-img").get_attribute("src") in (None, "")
+    assert drv.find_element(By.ID, "map-caption").text == ""
+    assert drv.find_elements(By.CSS_SELECTOR, "#legend li") == []
+    sent = _requests(drv, "/counterfactuals")[-1]
     api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH, json=sent)
     assert api.status_code == 422 and api.json()["field"] == "instance.income"
     assert err == api.json()["message"]
@@ -404,7 +438,7 @@ def test_validation_error_is_shown_beside_its_field(server, browser):
     income.clear()
     drv.find_element(By.ID, "submit").click()
     assert "needs a number" in wait.until(lambda d: d.find_element(By.ID, "err-in-0").text or None)
-    assert len(_requests(drv, "/counterfactuals")) == 1
+    assert len(_requests(drv, "/counterfactuals")) == 2
 
 
 def test_infeasible_answer_shows_its_reason(server, browser):
@@ -424,6 +458,21 @@ def test_infeasible_answer_shows_its_reason(server, browser):
     assert api["feasible"] is False and api["reason"]
     assert drv.find_element(By.ID, "infeasible").text == f"feasible: false. {api['reason']}"
     assert not drv.find_element(By.ID, "found").is_displayed()
+    # the map route takes no query constraints: its point (income and late move) breaks
+    # them, and the caption says so instead of calling it the nearest in the slice
+    caption = wait.until(lambda d: d.find_element(By.ID, "map-caption").text or None)
+    (map_req,) = _requests(drv, "/map.png")
+    assert set(map_req) >= {"features", "instance"} and "immutable" not in map_req
+    r = httpx.post(f"{base}/v1/models/{mid}/map.png", headers=AUTH, json=map_req)
+    cf = json.loads(r.headers["X-Map-Counterfactual"])
+    moved = [n for n in ("income", "late") if cf[n] != INSTANCE[n]]
+    assert moved
+    assert "Nearest in this slice" not in caption
+    assert "not this query's constraints" in caption and "no answer to this query" in caption
+    for n in moved:
+        assert f"{n} is immutable" in caption
+    alt = drv.find_element(By.ID, "map-img").get_attribute("alt")
+    assert "nearest" not in alt.lower() and "no answer to this query" in alt
 
 
 def test_every_control_is_reached_with_the_tab_key(server, browser):
@@ -591,3 +640,213 @@ def test_features_named_like_object_members_are_read_and_constrained(server, bro
         api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
                          json=sent).json()
         assert api["feasible"] and api["counterfactual"]["toString"] >= -0.5
+
+
+@pytest.fixture(scope="module")
+def budget_server(tmp_path_factory):
+    """A service that answers a search out of its budget with its best find, unproven:
+    a box per search (CFMAPS_QUERY_MAX_BOXES=1) and CFMAPS_QUERY_ON_BUDGET=best."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("ui-budget") / "data",
+                        api_tokens=[TOKEN], admin_token=ADMIN, build_max_rectangles=20,
+                        query_max_boxes=1, query_on_budget="best")
+    with _serving(settings) as served:
+        yield served
+
+
+def test_an_unproven_answer_is_not_called_optimal(budget_server, browser):
+    """An answer given past the search's budget (``optimal`` false) is badged "not proven
+    optimal" with its certified lower bound; the page called every answer "certified
+    optimal"."""
+    base, mid, fitted = budget_server
+    drv = browser
+    url = f"{base}/v1/models/{mid}/counterfactuals"
+    names = [f["name"] for f in SPEC["features"]]
+    inst = None
+    for x in fitted.X[:60].tolist():
+        r = httpx.post(url, headers=AUTH, json={"instance": dict(zip(names, x, strict=True))}, timeout=60)
+        if r.status_code == 200 and r.json()["feasible"] and r.json()["optimal"] is False:
+            inst = dict(zip(names, x, strict=True))
+            break
+    assert inst is not None, "no unproven answer among the rows tried"
+    wait = _open(drv, base)
+    _fill(drv, inst)
+    drv.find_element(By.ID, "submit").click()
+    wait.until(ec.visibility_of_element_located((By.ID, "distance")))
+    sent = _requests(drv, "/counterfactuals")[-1]
+    api = httpx.post(url, headers=AUTH, json=sent, timeout=60).json()
+    assert api["optimal"] is False and api["lower_bound"] <= api["distance"]
+    assert float(drv.find_element(By.ID, "distance").get_attribute("data-value")) == api["distance"]
+    badge = drv.find_element(By.ID, "optimal")
+    assert badge.text == "not proven optimal"
+    assert "unproven" in badge.get_attribute("class").split()
+    note = drv.find_element(By.ID, "lower-bound")
+    assert note.is_displayed()
+    assert float(note.get_attribute("data-value")) == api["lower_bound"]
+    assert f"No counterfactual is nearer than {_fmt(api['lower_bound'])}" in note.text
+    assert "certified optimal" not in drv.find_element(By.ID, "answer").text
+    _screenshot(drv, "ui-unproven-1280x800.png", (1280, 800))
+
+
+# Makes the page's queries slow: each answer to /counterfactuals reaches it 1.5 s late.
+DELAY_ANSWERS = """
+window.__late = 0;
+const inner = window.fetch;
+window.fetch = async (url, opts) => {
+  const r = await inner(url, opts);
+  if (String(url).endsWith("/counterfactuals")) {
+    await new Promise((ok) => setTimeout(ok, 1500));
+    window.__late++;
+  }
+  return r;
+};
+"""
+
+
+def _nominal_model() -> Fitted:
+    rng = np.random.default_rng(1)
+    X = np.column_stack([rng.integers(0, 5, 400), rng.uniform(0, 10, 400)]).astype(float)
+    y = (X[:, 0] == 3).astype(int)
+    return Fitted(RandomForestClassifier(10, max_depth=3, random_state=0).fit(X, y), X, y)
+
+
+def test_another_model_drops_the_last_ones_answer_and_map(server, browser):
+    """Picking another model takes the previous one's answer and map picture away (they
+    stayed, under the new model's form), and an answer to the previous model's query that
+    arrives afterwards is dropped (it was shown, with a JavaScript error)."""
+    base, mid, _ = server
+    drv = browser
+    with _uploaded(base, _nominal_model(), NOMINAL_SPEC) as other:
+        wait = _open(drv, base)
+        assert Select(drv.find_element(By.ID, "model")).first_selected_option.get_attribute(
+            "value") == mid
+        _fill(drv)
+        drv.find_element(By.ID, "submit").click()
+        wait.until(lambda d: d.find_element(By.ID, "distance").is_displayed()
+                   and d.find_element(By.ID, "map-caption").text)
+        drv.execute_script(DELAY_ANSWERS)
+        drv.find_element(By.ID, "submit").click()
+        Select(drv.find_element(By.ID, "model")).select_by_value(other)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '[data-feature="region"]'))
+
+        def cleared(d: Any) -> bool:
+            return (not d.find_element(By.ID, "answer").is_displayed()
+                    and d.find_element(By.ID, "map-img").get_attribute("src") in (None, "")
+                    and d.find_element(By.ID, "map-caption").text == ""
+                    and d.find_element(By.ID, "map-b-name").text == ""
+                    and not d.find_elements(By.CSS_SELECTOR, "#legend li"))
+
+        assert cleared(drv)
+        # the loan model's late answer comes now: nothing of it is shown
+        wait.until(lambda d: d.execute_script("return window.__late") == 1)
+        time.sleep(0.5)
+        assert len(_requests(drv, "/counterfactuals")) == 2
+        assert cleared(drv)
+        assert drv.find_element(By.ID, "form-error").text == ""
+        assert drv.execute_script("return window.__errors") == []
+        assert drv.find_element(By.ID, "submit").is_enabled()
+        # and the model now picked answers its own queries
+        Select(_field(drv, "region")).select_by_value("0")
+        _set(_field(drv, "income"), 2)
+        drv.find_element(By.ID, "submit").click()
+        wait.until(lambda d: d.find_element(By.ID, "distance").is_displayed())
+        assert _requests(drv, "/counterfactuals")[-1]["instance"] == {"region": 0, "income": 2}
+        shown = {row[0].text for row in _rows(drv, "changes")}
+        assert shown == {"region"}
+        assert drv.execute_script("return window.__errors") == []
+
+
+def test_what_the_spec_fixes_cannot_be_lifted(server, browser):
+    """A feature the spec makes immutable, or lets move one way only, cannot be freed by a
+    query (its immutable adds to the spec's, its direction restricts the spec's): its
+    controls show the spec's choice, disabled, and say why. The page let the user uncheck
+    "Immutable" or pick "any", to no effect."""
+    base, _, fitted = server
+    drv = browser
+    spec = json.loads(json.dumps(SPEC))
+    for f in spec["features"]:
+        if f["name"] == "debt":
+            f["direction"] = "decrease"
+    with _uploaded(base, fitted, spec) as mid:
+        wait = _open(drv, base)
+        Select(drv.find_element(By.ID, "model")).select_by_value(mid)
+        debt_dir = '[data-constraint="direction"][data-name="debt"]'
+        wait.until(lambda d: not d.find_element(By.CSS_SELECTOR, debt_dir).is_enabled())
+        drv.find_element(By.CSS_SELECTOR, "#constraints-box summary").click()
+
+        def why(el: Any) -> str:
+            return " ".join(drv.find_element(By.ID, i).text
+                            for i in el.get_attribute("aria-describedby").split())
+
+        age = drv.find_element(By.CSS_SELECTOR, '[data-constraint="immutable"][data-name="age"]')
+        assert age.is_selected() and not age.is_enabled()
+        assert age.get_attribute("title") == "fixed by the model's spec"
+        assert "immutable: fixed by the model's spec" in why(age)
+        debt = Select(drv.find_element(By.CSS_SELECTOR, debt_dir))
+        assert [o.get_attribute("value") for o in debt.options] == ["decrease"]
+        assert debt.first_selected_option.get_attribute("value") == "decrease"
+        assert "decrease only: fixed by the model's spec" in why(drv.find_element(By.CSS_SELECTOR, debt_dir))
+        # the others stay free to choose
+        income = drv.find_element(By.CSS_SELECTOR, '[data-constraint="immutable"][data-name="income"]')
+        assert income.is_enabled() and not income.is_selected()
+        drv.execute_script("document.getElementById('constraints').scrollIntoView()")
+        _screenshot(drv, "ui-spec-fixed-1280x800.png", (1280, 800))
+        inc_dir = drv.find_element(By.CSS_SELECTOR, '[data-constraint="direction"][data-name="income"]')
+        assert [o.text for o in Select(inc_dir).options] == ["any", "increase", "decrease"]
+        assert inc_dir.is_enabled()
+        _fill(drv)
+        drv.find_element(By.ID, "submit").click()
+        wait.until(lambda d: d.find_element(By.ID, "answer").is_displayed())
+        sent = _requests(drv, "/counterfactuals")[-1]
+        assert sent["immutable"] == ["age"] and "direction" not in sent
+        api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH,
+                         json=sent).json()
+        if api["feasible"]:
+            assert api["counterfactual"]["age"] == INSTANCE["age"]
+            assert api["counterfactual"]["debt"] <= INSTANCE["debt"]
+
+
+DOTTED = 'a.b "q"'
+
+
+def test_a_one_feature_model_has_no_map_and_a_dotted_name_keeps_its_errors(server, browser):
+    """A model with one feature has no two-feature slice: the page says so instead of
+    asking for a picture at every query (each answered "the two features must differ").
+    And an error about a feature named with a "." is put on that feature's control (the
+    page split the error's field at every ".")."""
+    base, _, _ = server
+    drv = browser
+    rng = np.random.default_rng(3)
+    X = rng.uniform(0, 100, size=(300, 1))
+    y = (X[:, 0] > 50).astype(int)
+    fitted = Fitted(RandomForestClassifier(5, max_depth=2, random_state=0).fit(X, y), X, y)
+    spec = {"name": "one", "features": [
+        {"name": DOTTED, "type": "continuous", "lower": 0, "upper": 100}]}
+    field = f"[data-feature='{DOTTED}']"
+    with _uploaded(base, fitted, spec) as mid:
+        wait = _open(drv, base)
+        Select(drv.find_element(By.ID, "model")).select_by_value(mid)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, field))
+        note = drv.find_element(By.ID, "map-none")
+        assert note.is_displayed() and "two features" in note.text
+        assert not drv.find_element(By.ID, "map-controls").is_displayed()
+        assert not drv.find_element(By.ID, "map-figure").is_displayed()
+        _set(drv.find_element(By.CSS_SELECTOR, field), 20)
+        drv.find_element(By.ID, "submit").click()
+        wait.until(lambda d: d.find_element(By.ID, "distance").is_displayed())
+        time.sleep(0.5)
+        assert _requests(drv, "/map.png") == []
+        assert drv.find_element(By.ID, "err-map").text == ""
+        # bounds the API refuses (lower above upper): its field is `bounds.a.b "q"`
+        drv.find_element(By.CSS_SELECTOR, "#constraints-box summary").click()
+        bound = f"[data-constraint='bounds'][data-name='{DOTTED}']"
+        lower = drv.find_element(By.CSS_SELECTOR, bound + "[data-side='lower']")
+        _set(lower, 70)
+        _set(drv.find_element(By.CSS_SELECTOR, bound + "[data-side='upper']"), 30)
+        drv.find_element(By.ID, "submit").click()
+        err = wait.until(lambda d: d.find_element(By.ID, "form-error").text or None)
+        sent = _requests(drv, "/counterfactuals")[-1]
+        api = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=AUTH, json=sent)
+        assert api.status_code == 422 and api.json()["field"] == f"bounds.{DOTTED}"
+        assert err == api.json()["message"]
+        assert lower.get_attribute("aria-invalid") == "true"
+        assert drv.switch_to.active_element == lower
