@@ -450,7 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="build the counterfactual maps of a model",
         description="Extract, certify and index the maps of a fitted model and save them.",
     )
-    b.add_argument("model", metavar="MODEL", help="model file (.skops; pickle/joblib if trusted)")
+    b.add_argument("model", metavar="MODEL", help=(
+        "model file (.skops, XGBoost .json/.ubj, LightGBM text; pickle/joblib if trusted)"))
     src = b.add_mutually_exclusive_group()
     src.add_argument("--spec", metavar="SPEC.json", help="feature spec (as for POST /v1/models)")
     src.add_argument(

@@ -15,6 +15,7 @@ it is logged with its traceback and answered with a JSON 500 that leaks nothing.
 
 from __future__ import annotations
 
+import asyncio
 import email.message
 import logging
 from collections.abc import Mapping, Sequence
@@ -230,8 +231,17 @@ def validation_details(errors: Sequence[Any]) -> list[dict[str, Any]]:
             # The null member of an optional field: "Input should be None" beside the
             # real complaint about the value sent says nothing a client can act on.
             continue
-        field = _loc_to_field(e.get("loc", ()))
+        loc = tuple(e.get("loc", ()))
+        field = _loc_to_field(loc)
         message = str(e.get("msg", "invalid value"))
+        # pydantic's prefix of the messages our own validators raise says nothing to a client
+        for prefix in ("Value error, ", "Assertion failed, "):
+            message = message.removeprefix(prefix)
+        if e.get("type") == "missing" and loc and isinstance(loc[-1], int):
+            # an item of a fixed-length list (bounds' [lower, upper], a range's lo,hi):
+            # "Field required" at bounds.x.1 read as if a field had been left out
+            field = _loc_to_field(loc[:-1])
+            message = f"too few items: only {loc[-1]} given"
         if e.get("type") == "json_invalid":
             field = "body"
         elif tuple(e.get("loc", ())) == ("body",):
@@ -304,6 +314,26 @@ class CatchAllMiddleware:
             if started:
                 raise
             await bug_response(scope.get("method", ""), scope.get("path", ""))(scope, receive, send)
+        except asyncio.CancelledError as exc:
+            # uvicorn cancels the requests still running when its graceful shutdown period
+            # (CFMAPS_SHUTDOWN_GRACE_SECONDS) runs out, then answers each with a bare
+            # text/plain 500 and logs it as an exception in the app: a client read a bug
+            # where a retry elsewhere would do. Answered here as the 503 it is, with its
+            # request id. Any other cancellation (a cancel scope's) goes on as it came.
+            if started or not _shutdown_cancel(exc):
+                raise
+            log.warning("%s %s: stopped by the shutdown's grace period",
+                        scope.get("method", ""), scope.get("path", ""))
+            await JSONResponse(
+                error_body("unavailable", "the service is stopping; send the request again"),
+                status_code=503, headers={"Retry-After": "1", "Connection": "close"},
+            )(scope, receive, send)
+
+
+def _shutdown_cancel(exc: asyncio.CancelledError) -> bool:
+    """Whether ``exc`` is uvicorn's cancellation of a request its shutdown's grace period
+    cut short (its message: "Task cancelled, timeout graceful shutdown exceeded")."""
+    return any(isinstance(a, str) and "graceful shutdown" in a for a in exc.args)
 
 
 def bug_response(method: str, path: str) -> JSONResponse:

@@ -18,7 +18,7 @@ from ..dataplane import (
     model_predictions,
     runs_inline,
 )
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, validation_details
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import (
     CounterfactualBatchOut,
@@ -245,7 +245,8 @@ async def map_png(
     try:
         body = MapRequest.model_validate(fields)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"][:1])
-        raise InvalidInputError(f"{where}: {err['msg']}", where) from None
+        # the body route's words, on the query parameter as a whole (a_range, not a_range.0)
+        message = validation_details(exc.errors())[0]["message"]
+        where = ".".join(str(p) for p in exc.errors()[0]["loc"][:1])
+        raise InvalidInputError(f"{where}: {message}", where) from None
     return await _picture(model_id, body, registry, settings, request)

@@ -11,6 +11,7 @@ import contextvars
 import functools
 import logging
 import threading
+import typing
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -69,13 +70,22 @@ async def known_query(request: Request) -> None:
     """
     if not request.scope.get("query_string"):
         return
-    known = declared_query(request.scope.get("route"))
-    for name in request.query_params:
-        if name not in known and not name.startswith("_"):
+    route = request.scope.get("route")
+    known = declared_query(route)
+    repeatable = _repeatable_query(route)
+    params = request.query_params
+    for name in params:
+        if name.startswith("_"):
+            continue
+        if name not in known:
             where = (f"the parameters are {', '.join(known)}" if known else
-                     "this route takes none (its options go in the JSON body)"
+                     "this route takes none (its options go in the request body)"
                      if request.method == "POST" else "this route takes none")
             raise InvalidInputError(f"unknown query parameter {shorten(name)!r}; {where}", name)
+        if name not in repeatable and len(params.getlist(name)) > 1:
+            # ?limit=1&limit=2 took the last one silently
+            raise InvalidInputError(f"query parameter {shorten(name)!r} is given more than "
+                                    "once; it takes one value", name)
 
 
 def declared_query(route: APIRoute | None) -> tuple[str, ...]:
@@ -95,6 +105,24 @@ def declared_query(route: APIRoute | None) -> tuple[str, ...]:
             pending += reversed(dep.dependencies)
         route.__dict__["_cfmaps_query"] = names
     return tuple(names)
+
+
+def _repeatable_query(route: APIRoute | None) -> frozenset[str]:
+    """The query parameters of ``route`` that take a list (sent once per item), by the
+    names clients send (kept on the route, as :func:`declared_query`'s)."""
+    if route is None:
+        return frozenset()
+    names: frozenset[str] | None = route.__dict__.get("_cfmaps_repeatable")
+    if names is None:
+        found: set[str] = set()
+        pending = [route.dependant]
+        while pending:
+            dep = pending.pop()
+            found.update(p.alias for p in dep.query_params
+                         if typing.get_origin(p.field_info.annotation) in (list, tuple, set))
+            pending += dep.dependencies
+        names = route.__dict__["_cfmaps_repeatable"] = frozenset(found)
+    return names
 
 
 def charge(request: Request, answers: int, field: str = "instances",

@@ -95,7 +95,8 @@ async def create_model(
     builds: BuildsDep,
     model: Annotated[
         UploadFile,
-        File(description="skops file (pickle/joblib if trusted); not empty",
+        File(description=("the model file, not empty: skops (scikit-learn), XGBoost JSON or UBJSON, "
+                          "LightGBM text; pickle/joblib only if the service trusts them"),
              # format binary: how OpenAPI 3.0 tools (client generators) know a file part;
              # FastAPI states only 3.1's contentMediaType
              json_schema_extra={"minLength": 1, "format": "binary"}),

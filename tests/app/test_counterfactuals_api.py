@@ -577,7 +577,47 @@ def test_an_unknown_query_parameter_is_refused(rf_service: tuple[Service, str], 
     assert r.status_code == 422, r.text
     assert r.json()["field"] == "norm"
     assert "unknown query parameter 'norm'" in r.json()["message"]
-    assert "JSON body" in r.json()["message"]
+    assert "request body" in r.json()["message"]
     ok = svc.client.post(url, params={"_": "1700000000"}, content=content, headers=headers)
     assert ok.status_code == 200, ok.text
     assert svc.client.post(url, content=content, headers=headers).status_code == 200
+
+
+def test_validation_messages_speak_to_the_client(rf_service: tuple[Service, str],
+                                                 rf: Fitted) -> None:
+    """pydantic's "Value error, " prefix is not passed on, and a [lower, upper] pair (or a
+    map's lo,hi range) with an item short is "too few items" on the pair, not "Field
+    required" on an item the client never named (a_range=30 read as if it were unsent)."""
+    svc, model_id = rf_service
+    url = f"/v1/models/{model_id}"
+    x = rf.X[0].tolist()
+    r = svc.client.post(f"{url}/counterfactuals", json={"instance": x, "k": 2.5})
+    assert r.status_code == 422 and r.json()["message"] == "k: expected an integer", r.text
+    r = svc.client.post(f"{url}/counterfactuals", json={"instance": x, "bounds": {"x0": [1]}})
+    assert r.status_code == 422, r.text
+    assert (r.json()["field"], r.json()["message"]) == (
+        "bounds.x0", "bounds.x0: too few items: only 1 given")
+    r = svc.client.get(f"{url}/map.png", params={
+        "features": "x0,x1", "instance": ",".join(map(str, x)), "a_range": "30"})
+    assert r.status_code == 422, r.text
+    assert (r.json()["field"], r.json()["message"]) == (
+        "a_range", "a_range: too few items: only 1 given")
+
+
+def test_a_query_parameter_given_twice_is_refused_unless_it_takes_a_list(
+        rf_service: tuple[Service, str], rf: Fitted) -> None:
+    """``?limit=1&limit=2`` listed two models and ``?status=ready&status=failed`` none:
+    the last value was taken silently. A parameter that takes a list (map.png's
+    ``features``, sent once per name) may repeat."""
+    svc, mid = rf_service
+    for query, name in (("limit=1&limit=2", "limit"), ("status=ready&status=failed", "status")):
+        r = svc.client.get(f"/v1/models?{query}")
+        assert r.status_code == 422 and r.json()["field"] == name, r.text
+        assert "more than once" in r.json()["message"]
+    x = ",".join(map(str, rf.X[0]))
+    r = svc.client.get(f"/v1/models/{mid}/map.png?features=x0&features=x1&instance={x}"
+                       "&width=20&height=15")
+    assert r.status_code == 200, r.text
+    r = svc.client.get(f"/v1/models/{mid}/map.png?features=x0,x1&instance={x}&width=20"
+                       "&width=30&height=15")
+    assert r.status_code == 422 and r.json()["field"] == "width", r.text

@@ -92,7 +92,7 @@ def _raw(svc: Service, model_id: str, text: str, path: str = "counterfactuals") 
             "direction.zz",
         ),
         ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"x0": [1, 0]}}', 422, "bounds.x0"),
-        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"x0": [1]}}', 422, "bounds.x0.1"),
+        ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"x0": [1]}}', 422, "bounds.x0"),
         ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"x0": [NaN, 1]}}', 422, "bounds.x0.0"),
         ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "bounds": {"zz": [0, 1]}}', 422, "bounds.zz"),
         ('{"instance": [0.1, 0.2, 0.3, 0.4, 0.5], "target": {"a": 1}}', 422, "target"),
