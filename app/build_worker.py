@@ -22,7 +22,10 @@ workers itself (:meth:`app.builds.BuildManager.shutdown`).
 Memory: the engine keeps a build within ``max_memory`` by its own measure; as a backstop,
 the child also caps its address space (``RLIMIT_AS``) a margin above that, so a build that
 outgrows every estimate fails with ``MemoryError`` (reported as out of memory) instead of
-drawing the OS's OOM killer onto the machine.
+drawing the OS's OOM killer onto the machine. Should the OS run out of memory all the
+same (other processes grew meanwhile), the child offers itself first to the OOM killer
+(:func:`first_for_the_oom_killer`): in a container at its limit the killer chose the API
+processes, larger than the growing build, and the service went down with every model.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import re
 import resource
 import signal
 import time
@@ -94,6 +98,7 @@ def run(job: BuildJob, conn: Connection) -> None:
         The write end of the pipe to the parent.
     """
     die_with_parent()
+    first_for_the_oom_killer()
     limit_address_space(job.max_memory, job.n_jobs)
     try:
         message: tuple[str, Any] = ("done", None)
@@ -177,7 +182,26 @@ def os_reason(exc: OSError) -> str:
     (ENOSPC)``."""
     name = errno.errorcode.get(exc.errno or 0)
     text = exc.strerror or str(exc)
+    if name is None and _SHORT_WRITE.fullmatch(text):
+        # numpy's words for a write the file system cut short (its OSError has no errno):
+        # on a real full disk the save said only "2028864 requested and 198592 written"
+        return f"No space left on device (a write stopped short: {text})"
     return f"{text} ({name})" if name else text
+
+
+#: numpy's message for a short write (``ndarray.tofile``, ``np.save``)
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+
+
+def first_for_the_oom_killer(path: str = "/proc/self/oom_score_adj") -> bool:
+    """Make this process the OOM killer's first choice (``oom_score_adj`` 1000, which any
+    process may raise for itself); False where that is not available (not Linux)."""
+    try:
+        with open(path, "w") as f:
+            f.write("1000")
+    except OSError:
+        return False
+    return True
 
 
 def die_with_parent() -> bool:

@@ -421,12 +421,14 @@ class Registry:
             if d.name.startswith("."):
                 _remove_leftover(d)
                 continue
+            if _MODEL_ID.fullmatch(d.name) is None:
+                # an operator's backup (``<id>.bak``), notes, anything: never a model, so
+                # never listed, and never removed by a client's DELETE
+                log.warning("skipping %s: not a model directory (its name is no model id)", d)
+                continue
             try:
                 entry = self._read_entry(d)
             except Exception as exc:  # a hand-edited or truncated file must not stop start-up
-                if _MODEL_ID.fullmatch(d.name) is None:
-                    log.warning("skipping %s: not a model directory (%s)", d, exc)
-                    continue
                 entry = self._unreadable_entry(d, exc)
             entry.seen_stamp = _stamp(d / STATUS_FILE)
             if entry.status in ("queued", "building"):
@@ -597,6 +599,16 @@ class Registry:
                 return
             if maps.feature_names != [f["name"] for f in entry.features]:
                 raise InvalidInputError("the maps' features differ from spec.json")
+            # the codec and the answers read the features' types and bounds from spec.json:
+            # one edited by hand (a type no schema has) made a ready model answer every
+            # query 422 invalid_schema, blaming the client for a file on the server
+            try:
+                schema = entry.schema
+            except MapsError as exc:
+                raise InvalidInputError(f"spec.json's features do not read: {exc}") from None
+            if schema != maps.schema:
+                raise InvalidInputError("spec.json's features (types or bounds) differ from "
+                                        "the maps'")
             # the classes the answers are named by (hand-edited files had every query
             # fail with a 500 while the model showed ready)
             labels = [py_scalar(c) for c in model.classes_]
@@ -879,7 +891,7 @@ class Registry:
         with self._sync_lock:
             try:
                 names = {d.name for d in self.root.iterdir()
-                         if d.is_dir() and not d.name.startswith(".")}
+                         if d.is_dir() and _MODEL_ID.fullmatch(d.name) is not None}
             except OSError:
                 return
             with self._lock:
@@ -1144,8 +1156,16 @@ class BuildLock:
     def acquire(cls, path: Path) -> BuildLock | None:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
+        except FileNotFoundError:
             return None  # the model directory is gone
+        except OSError as exc:
+            # a read-only or foreign-owned data dir: no process can build here, and the
+            # model stays queued; said once per model (every sync pass tries again)
+            if path not in _UNLOCKABLE:
+                _UNLOCKABLE.add(path)
+                log.error("cannot build the model in %s: its build lock cannot be created "
+                          "(%s); it stays queued", path.parent, exc.strerror or exc)
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -1158,6 +1178,11 @@ class BuildLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
+
+
+#: Build lock paths whose creation failed other than by their directory being gone
+#: (logged once each).
+_UNLOCKABLE: set[Path] = set()
 
 
 def _upload_lock(tmp: Path) -> Path:

@@ -158,7 +158,9 @@ class Settings(BaseSettings):
     build_max_memory : int or str
         Bytes one build may grow by (``CFMAPS_BUILD_MAX_MEMORY``, e.g. ``2147483648`` or
         ``2G``, ``512M``). Default: half of the machine's memory, or of the container's
-        cgroup limit when smaller, shared by the ``build_workers`` builds. The engine
+        cgroup limit when smaller, or half of what is free when the build starts when
+        that is less (:func:`maps_core.default_build_memory`), shared by the
+        ``build_workers`` builds. The engine
         stops certifying rectangles before its measured peak per rectangle would pass it
         (:mod:`maps_core._memory`), so a build is never killed by the OS for memory.
     default_norm : {"l1", "l2", "linf", "l0"}
@@ -210,7 +212,7 @@ class Settings(BaseSettings):
     max_k: int = Field(default=100, gt=0, le=MAX_K)  # the engine takes no more
     max_answers: int = Field(default=10_000, gt=0)
     query_max_boxes: int = Field(default=500_000, gt=0)
-    query_max_seconds: float | None = Field(default=30.0, gt=0)
+    query_max_seconds: float | None = Field(default=30.0, gt=0, allow_inf_nan=False)
     query_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)
     query_threads: int | None = Field(default=None, gt=0, le=64)
     query_on_budget: Literal["error", "best"] = "error"
@@ -218,12 +220,12 @@ class Settings(BaseSettings):
     ui: bool = True
     build_workers: int = Field(default=1, gt=0, le=64)
     build_jobs: int | None = Field(default=None, gt=0, le=256)
-    build_max_seconds: float | None = Field(default=900.0, gt=0)
+    build_max_seconds: float | None = Field(default=900.0, gt=0, allow_inf_nan=False)
     build_max_rectangles: int | None = Field(default=DEFAULT_MAX_RECTANGLES, gt=0)
     build_max_memory: int | None = Field(default=None, gt=0, le=MAX_BYTES)
     default_norm: Norm = "l1"
     log_format: Literal["text", "json"] = "text"
-    shutdown_grace_seconds: float = Field(default=30.0, gt=0)
+    shutdown_grace_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     role: Literal["all", "api", "builder"] = "all"
     workers: int = Field(default=1, gt=0, le=MAX_WORKERS)
     # at least 10 ms (a pass reads every model's status: shorter keeps a core busy), at most

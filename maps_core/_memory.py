@@ -53,6 +53,7 @@ __all__ = [
     "bytes_per_box",
     "default_build_memory",
     "default_query_memory",
+    "free_memory",
     "rectangles_within",
     "usable_cpus",
 ]
@@ -150,10 +151,48 @@ def _cgroup_cpus(root: Path) -> int | None:
         return None
 
 
+def free_memory(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process could still take now, None when unknown: its container's cgroup
+    limit less what the cgroup holds (v2 ``memory.current``, v1 ``memory.usage_in_bytes``)
+    other than the page cache the kernel can drop (``inactive_file``), or, without a
+    limit, the machine's ``MemAvailable``."""
+    root = Path(cgroup_root)
+    limit = _cgroup_limit(root)
+    if limit is not None:
+        for usage, stat, key in (("memory.current", "memory.stat", "inactive_file"),
+                                 ("memory/memory.usage_in_bytes", "memory/memory.stat",
+                                  "total_inactive_file")):
+            try:
+                used = int((root / usage).read_text().strip())
+            except (OSError, ValueError):
+                continue
+            return max(0, limit - max(0, used - _stat_value(root / stat, key)))
+        return None
+    return _stat_value(Path("/proc/meminfo"), "MemAvailable:", scale=1024) or None
+
+
+def _stat_value(path: Path, key: str, scale: int = 1) -> int:
+    """The number after ``key`` on its line of a ``key value`` file (0 when absent)."""
+    try:
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == key:
+                return int(parts[1]) * scale
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def default_build_memory() -> int:
     """The memory budget of a build given none (bytes): half of :func:`available_memory`,
-    the service's own default for one build at a time (``CFMAPS_BUILD_MAX_MEMORY``)."""
-    return available_memory() // 2
+    the service's own default for one build at a time (``CFMAPS_BUILD_MAX_MEMORY``), or
+    half of what is free when the build starts (:func:`free_memory`) when that is less.
+    In a container the processes already there count: with 2 API workers taking 588 MB of
+    a 1000 MiB limit, half the limit was more than was left, and the build was killed by
+    the OS three times over."""
+    free = free_memory()
+    half = available_memory() // 2
+    return min(half, free // 2) if free is not None else half
 
 
 #: The share of :func:`available_memory` one query may hold by default: eight queries at

@@ -85,15 +85,18 @@ def die(job: BuildJob, conn: Connection) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def disk_full_after(files: int, job: BuildJob, conn: Connection) -> None:
+def disk_full_after(files: int, job: BuildJob, conn: Connection, short: bool = False) -> None:
     """The disk fills up while the maps are saved: the ``files``-th array write fails with
-    ENOSPC after writing half of its bytes."""
+    ENOSPC after writing half of its bytes; with ``short``, as numpy says it on a real full
+    disk (an OSError without errno: "N requested and M written")."""
     real = np.save
     written = [0]
 
     def save(file: Any, arr: Any, *a: Any, **kw: Any) -> None:
         if written[0] >= files:
             Path(file).write_bytes(b"\x93NUMPY" + b"\0" * 10)
+            if short:
+                raise OSError(f"{arr.nbytes} requested and 16 written")
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         written[0] += 1
         real(file, arr, *a, **kw)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import build_faults
+import pytest
 from svc_helpers import Fitted, Service, upload, wait_built, wait_until
 
 
@@ -40,6 +41,24 @@ def test_a_build_runs_in_its_own_process_and_queries_go_on(
     assert wait_built(svc.client, model_id)["status"] == "ready"
     _query_ok(svc, model_id, rf)
     assert builds.worker_pids() == {}
+
+
+@pytest.mark.skipif(not Path("/proc/self/oom_score_adj").exists(), reason="Linux only")
+def test_a_build_worker_is_the_oom_killers_first_choice(
+    service: Service, rf: Fitted, tmp_path: Path
+) -> None:
+    """In a container at its memory limit the OOM killer chose the API processes (larger
+    than the growing build) again and again; the build worker offers itself first."""
+    gate = str(tmp_path / "gate")
+    builds = service.app.state.builds
+    builds.worker = functools.partial(build_faults.hold_in_save, gate, "start")
+    model_id = upload(service.client, rf.skops).json()["id"]
+    wait_until(lambda: Path(gate + ".reached").exists(), timeout=120)  # built, not saved
+    pid = builds.worker_pids()[model_id]
+    assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"
+    assert Path("/proc/self/oom_score_adj").read_text().strip() != "1000"  # not the service
+    Path(gate).touch()
+    assert wait_built(service.client, model_id)["status"] == "ready"
 
 
 def test_cancelling_a_build_kills_its_worker(service: Service, rf: Fitted, tmp_path: Path) -> None:

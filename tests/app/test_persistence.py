@@ -136,7 +136,7 @@ def test_maps_that_no_longer_match_the_uploaded_file_are_rebuilt(
 def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -> None:
     with service_factory() as svc:
         data_dir = svc.settings.data_dir
-        corrupt, missing, swapped, good = (svc.add(rf.skops) for _ in range(4))
+        corrupt, missing, swapped, bogus, widened, good = (svc.add(rf.skops) for _ in range(6))
     maps_dir = data_dir / "models" / corrupt / "maps"
     victims = sorted(p for p in maps_dir.rglob("*") if p.is_file() and p.stat().st_size > 64)
     for p in victims:
@@ -147,17 +147,26 @@ def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -
     # Another model's file next to these maps.
     other = RandomForestClassifier(4, max_depth=2, random_state=1).fit(rf.X, rf.y)
     (data_dir / "models" / swapped / "model.skops").write_bytes(sio.dumps(other))
+    # spec.json edited by hand: a type no schema has, and bounds the maps were not built on
+    # (the first loaded ready, then answered every query 422 invalid_schema)
+    for model_id, edit in ((bogus, {"type": "bogus"}), (widened, {"upper": 1e9})):
+        path = data_dir / "models" / model_id / "spec.json"
+        spec = json.loads(path.read_text())
+        spec["features"][0] = {**spec["features"][0], **edit}
+        path.write_text(json.dumps(spec))
 
     with service_factory(data_dir=data_dir) as svc:
-        for model_id in (corrupt, missing, swapped):
+        for model_id in (corrupt, missing, swapped, bogus, widened):
             info = svc.client.get(f"/v1/models/{model_id}").json()
             assert info["status"] == "failed", (model_id, info)
             assert info["error"].startswith("could not load the model")
             assert str(data_dir) not in info["error"]  # no server path for clients
-            if model_id != swapped:
+            if model_id in (corrupt, missing):
                 assert f"{model_id}{os.sep}maps" in info["error"], info["error"]
             if model_id == swapped:
                 assert "the maps do not belong to the model file next to them" in info["error"]
+            if model_id in (bogus, widened):
+                assert "spec.json's features" in info["error"], info["error"]
             r = svc.client.post(
                 f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()}
             )
@@ -167,7 +176,7 @@ def test_corrupt_or_missing_maps_are_refused(service_factory: Any, rf: Fitted) -
             assert _status(svc, model_id)["status"] == "ready"
         assert svc.client.get(f"/v1/models/{good}").json()["status"] == "ready"
         ready = svc.client.get("/readyz")
-        assert ready.status_code == 200 and ready.json()["models"]["failed"] == 3
+        assert ready.status_code == 200 and ready.json()["models"]["failed"] == 5
 
 
 def test_class_files_that_contradict_the_model_are_refused(service_factory: Any,
@@ -247,6 +256,10 @@ def test_leftovers_and_junk_in_the_data_dir(service_factory: Any, rf: Fitted) ->
     (models / "bad-json" / "status.json").write_text("{not json")
     (models / "bad-json" / "spec.json").write_text("{}")
     (models / "stray.txt").write_text("hello")
+    # an operator's backup of a model and notes: not models, whatever they hold
+    shutil.copytree(models / model_id, models / f"{model_id}.bak")
+    (models / "backup-2026").mkdir()
+    (models / "backup-2026" / "notes.txt").write_text("important")
     # a copy of the good model's directory whose status was edited to one no model has
     weird = models / ("f" * 32)
     shutil.copytree(models / model_id, weird)
@@ -275,6 +288,15 @@ def test_leftovers_and_junk_in_the_data_dir(service_factory: Any, rf: Fitted) ->
         assert ready["models"]["failed"] == 2 and "weird" not in json.dumps(ready)
         time.sleep(1.0)  # syncs leave them as they are
         assert svc.client.get(f"/v1/models/{cut.name}").json()["status"] == "failed"
+        # and list no other directory: a sync pass listed every one failed, and a client's
+        # DELETE removed it with everything in it
+        listed_later = [m["id"] for m in svc.client.get("/v1/models").json()["models"]]
+        assert sorted(listed_later) == sorted(listed)
+        for name in (f"{model_id}.bak", "backup-2026", "no-status", "bad-json"):
+            assert svc.client.get(f"/v1/models/{name}").status_code == 404
+            assert svc.client.delete(f"/v1/models/{name}").status_code == 404
+        assert (models / "backup-2026" / "notes.txt").read_text() == "important"
+        assert (models / f"{model_id}.bak" / "status.json").is_file()
         assert svc.client.delete(f"/v1/models/{cut.name}").status_code == 204
         assert not cut.exists()
         # repaired, the other is what its files say once the sync reads them again
@@ -360,3 +382,19 @@ def test_a_stopping_service_writes_its_builds_back_queued(service_factory: Any,
     registry.close()
     status = json.loads((data_dir / "models" / model_id / "status.json").read_text())
     assert (status["status"], status["progress"]) == ("queued", 0.0)
+
+
+def test_a_build_lock_that_cannot_be_created_is_said_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """On a read-only data dir a queued model stayed queued without a word: the failed
+    creation of its build lock read as "another process builds it"."""
+    from app.registry import BuildLock
+
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    with caplog.at_level(logging.ERROR, logger="cfmaps.app"):
+        assert BuildLock.acquire(blocked / ".build.lock") is None
+        assert BuildLock.acquire(blocked / ".build.lock") is None  # the next sync pass
+        assert BuildLock.acquire(tmp_path / "gone" / ".build.lock") is None  # deleted: quiet
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "stays queued" in said[0] and "Not a directory" in said[0], said

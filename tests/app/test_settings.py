@@ -71,7 +71,11 @@ def test_default_query_memory_is_a_third_of_the_memory_shared_by_the_query_threa
         available_memory() // (3 * query_threads()))
 
 
-def test_default_build_memory_is_half_the_memory_shared_by_the_builds(tmp_path) -> None:
+def test_default_build_memory_is_half_the_memory_shared_by_the_builds(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import maps_core._memory
+
+    monkeypatch.setattr(maps_core._memory, "free_memory", lambda: None)  # not read twice
     one = Settings(data_dir=tmp_path).effective_build_memory()
     assert one == available_memory() // 2
     assert Settings(data_dir=tmp_path, build_workers=4).effective_build_memory() == one // 4
@@ -130,6 +134,11 @@ def test_settings_read_as_documented(monkeypatch: pytest.MonkeyPatch, tmp_path, 
     ("CFMAPS_BUILD_JOBS", "100000000000"),
     ("CFMAPS_BUILD_WORKERS", "100000000000"),
     ("CFMAPS_QUERY_ON_BUDGET", "approximate"),
+    # accepted, then /openapi.json was a 500 on every request (an infinite maximum is no
+    # JSON); empty is the way to say "no limit"
+    ("CFMAPS_QUERY_MAX_SECONDS", "inf"),
+    ("CFMAPS_BUILD_MAX_SECONDS", "Infinity"),
+    ("CFMAPS_SHUTDOWN_GRACE_SECONDS", "inf"),
 ])
 def test_settings_out_of_range_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path, var: str,
                                            value: str) -> None:

@@ -55,6 +55,36 @@ def test_available_memory_takes_the_smaller_of_machine_and_cgroup(tmp_path: Path
     assert available_memory(tmp_path) == physical
 
 
+@pytest.mark.parametrize("v1", [False, True], ids=["cgroup-v2", "cgroup-v1"])
+def test_free_memory_counts_what_the_container_already_holds(tmp_path: Path, v1: bool) -> None:
+    """The container's limit less what its processes hold, the page cache the kernel can
+    drop aside; the default build budget is half of that when it is less than half the
+    limit (the QA's container: 2 API workers held 588 MB of 1000 MiB, and a build given half
+    the limit was killed by the OS)."""
+    limit, used, cache = 1000 << 20, 588 << 20, 100 << 20
+    files = ({"memory/memory.limit_in_bytes": limit, "memory/memory.usage_in_bytes": used,
+              "memory/memory.stat": f"cache 1\ntotal_inactive_file {cache}\n"} if v1 else
+             {"memory.max": limit, "memory.current": used,
+              "memory.stat": f"anon 1\ninactive_file {cache}\n"})
+    for name, value in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"{value}\n")
+    assert maps_core._memory.free_memory(tmp_path) == limit - (used - cache)
+    (tmp_path / ("memory/memory.stat" if v1 else "memory.stat")).unlink()  # no stat: all used
+    assert maps_core._memory.free_memory(tmp_path) == limit - used
+
+
+def test_default_build_memory_is_half_of_what_is_free_when_that_is_less(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    half = available_memory() // 2
+    monkeypatch.setattr(maps_core._memory, "free_memory", lambda: 412 << 20)
+    assert default_build_memory() == 206 << 20
+    monkeypatch.setattr(maps_core._memory, "free_memory", lambda: 4 * half)
+    assert default_build_memory() == half
+    monkeypatch.setattr(maps_core._memory, "free_memory", lambda: None)  # unknown
+    assert default_build_memory() == half
+
+
 @pytest.fixture(scope="module")
 def forest():
     """A forest whose complete partition holds ~170k rectangles (0.6 s to build)."""
