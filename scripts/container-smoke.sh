@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Container smoke test: build the image, start it, wait for /readyz, upload a skops model with
 # the admin token, get a counterfactual through the published port, check that the model
-# predicts the target for it, restart the container and check the model is still served.
-# Cleans up the container, its volume and temporary files on exit (the image is kept).
+# predicts the target for it, kill an API worker and check that PID 1 reaps the processes it
+# leaves (no zombies), restart the container and check the model is still served, then
+# start the engine as an arbitrary UID (group 0) and with a read-only root file system and
+# check that it loads the prebuilt JIT cache instead of compiling. Cleans up the
+# containers, the volume and temporary files on exit (the image is kept).
 #
 # Usage: bash scripts/container-smoke.sh
 # Environment: CONTAINER_ENGINE (default: podman, else docker), SMOKE_IMAGE (cfmaps:smoke),
-#              SMOKE_PORT (18000), SMOKE_TIMEOUT (seconds per wait, 180).
+#              SMOKE_PORT (18000), SMOKE_TIMEOUT (seconds per wait, 180), SMOKE_RUN_FLAGS
+#              (more flags for the service's `run`, e.g. "--user 12345:0 --read-only --tmpfs /tmp").
 # Needs: the engine, curl and python3 on the host. With podman on a machine that cannot reach
 # a registry, run `bash ../shared/tools/container-env.sh` once first.
 set -euo pipefail
@@ -17,6 +21,7 @@ engine=${CONTAINER_ENGINE:-$(command -v podman || command -v docker || true)}
 image=${SMOKE_IMAGE:-cfmaps:smoke}
 port=${SMOKE_PORT:-18000}
 timeout=${SMOKE_TIMEOUT:-180}
+read -r -a run_flags <<<"${SMOKE_RUN_FLAGS:-}"
 name=cfmaps-smoke-$$
 volume=$name-data
 admin=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')
@@ -49,9 +54,10 @@ if [ "$(basename "$engine")" = podman ]; then
 fi
 "$engine" build "${build_flags[@]}" -t "$image" .
 
-step "run on 127.0.0.1:$port"
+step "run on 127.0.0.1:$port ${SMOKE_RUN_FLAGS:-}"
 "$engine" run -d --name "$name" -p "127.0.0.1:$port:8000" -v "$volume:/data" \
-    -e CFMAPS_ADMIN_TOKEN="$admin" -e CFMAPS_API_TOKENS="$api" "$image" >/dev/null
+    -e CFMAPS_ADMIN_TOKEN="$admin" -e CFMAPS_API_TOKENS="$api" ${run_flags[@]+"${run_flags[@]}"} \
+    "$image" >/dev/null
 
 wait_ready() {
     local deadline=$((SECONDS + timeout))
@@ -134,6 +140,49 @@ print(json.dumps(r.get('label', r.get('prediction')) if isinstance(r, dict) else
 [ "$got" = "$target" ] || fail "predicted $got for the counterfactual, target was $target"
 echo "prediction for the counterfactual: $got = target"
 
+step "PID 1 reaps the processes a dead worker leaves"
+# the API worker with the most descendants (the build ran in one: its forkserver lives on)
+# is killed; its children are re-parented to PID 1, which must reap them as they exit
+"$engine" exec "$name" python -c "
+import os, signal, sys, time
+
+def procs():
+    out = {}
+    for p in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            st = dict(l.split(':', 1) for l in open(f'/proc/{p}/status') if ':' in l)
+            argv = open(f'/proc/{p}/cmdline', 'rb').read().decode().split('\\0')
+        except OSError:
+            continue
+        out[int(p)] = (int(st['PPid']), st['State'].strip()[0], argv)
+    return out
+
+ps = procs()
+print('PID 1:', ' '.join(ps[1][2]))
+serve = min(p for p, (_, _, a) in ps.items() if a[1:3] and a[1].endswith('cfmaps') and a[2] == 'serve')
+workers = [p for p, (pp, _, a) in ps.items() if pp == serve and 'spawn_main' in ' '.join(a)]
+def descendants(p):
+    kids = [q for q, (pp, _, _) in ps.items() if pp == p]
+    return kids + [d for k in kids for d in descendants(k)]
+victim = max(workers, key=lambda w: len(descendants(w)))
+print(f'workers {workers}; killing {victim} and orphaning {descendants(victim)}')
+os.kill(victim, signal.SIGKILL)
+deadline = time.time() + 15
+while True:
+    time.sleep(1)
+    zombies = {p: c for p, (pp, s, c) in procs().items() if s == 'Z' and pp == 1}
+    if not zombies:
+        break
+    if time.time() > deadline:
+        sys.exit(f'zombies left under PID 1: {zombies}')
+print('no zombie under PID 1')
+" || fail "zombie processes under PID 1"
+wait_ready
+curl -fsS -H "Authorization: Bearer $api" -H 'Content-Type: application/json' \
+    -d '{"instance": {"a": 0.5, "b": -0.3, "c": 1.2, "d": 0.1}, "norm": "l2"}' \
+    "$base/v1/models/$id/counterfactuals" >/dev/null || fail "no answer after a worker died"
+echo "still answering"
+
 step "healthcheck and restart"
 if [ "$(basename "$engine")" = podman ]; then
     "$engine" healthcheck run "$name" && echo "healthcheck: healthy"
@@ -143,5 +192,31 @@ wait_ready
 curl -fsS -H "Authorization: Bearer $api" "$base/v1/models/$id" | json 'd["status"]' \
     | grep -qx ready || fail "the model is not ready after a restart"
 echo "after restart: model $id ready"
+
+step "the prebuilt JIT cache as an arbitrary UID and on a read-only root file system"
+# group 0 may write the image's cache (as OpenShift runs containers); with a read-only root
+# the engine copies it to /tmp first. Either way the kernels load, nothing is compiled.
+warm='
+import json, os, sys
+from numba.core import config
+from numba.core.registry import CPUDispatcher
+from maps_core.warmup import warm_up
+seconds = warm_up()
+count = {"hits": 0, "misses": 0}
+for name, mod in list(sys.modules.items()):
+    if name.startswith("maps_core"):
+        for f in vars(mod).values():
+            if isinstance(f, CPUDispatcher):
+                count["hits"] += sum(f.stats.cache_hits.values())
+                count["misses"] += sum(f.stats.cache_misses.values())
+print(json.dumps({"uid": os.getuid(), "cache": config.CACHE_DIR, "seconds": round(seconds, 1),
+                  **count}))
+assert count["misses"] == 0 and count["hits"] > 0, "compiled instead of loading the cache"
+'
+for flags in "--user 12345:0" "--user 12345:0 --read-only --tmpfs /tmp"; do
+    # shellcheck disable=SC2086  # the flags are words
+    "$engine" run --rm $flags -v "$volume:/data" "$image" python -c "$warm" \
+        || fail "the warm-up with $flags"
+done
 
 printf '\ncontainer smoke: OK\n'

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -228,3 +229,22 @@ def test_openapi_requires_the_tokens_this_service_requires(service_factory: Any)
         paths = svc.client.get("/openapi.json").json()["paths"]
     assert paths["/v1/models"]["post"]["security"] == [{"bearer": []}]
     assert paths["/v1/models/{model_id}/predict"]["post"]["security"] == [{}, {"bearer": []}]
+
+
+def test_the_image_runs_under_an_init_with_a_group_writable_cache() -> None:
+    """What scripts/container-smoke.sh checks in a real container, read off the Dockerfile
+    (no engine needed): tini is PID 1 (it reaps the processes a dead worker leaves, which
+    uvicorn's supervisor as PID 1 never waits for) and runs the service's command; the JIT
+    cache, the data and the home are group 0's as much as the owner's, so the service runs
+    as any UID in group 0 (OpenShift) on the prebuilt kernels."""
+    text = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text()
+    lines = [ln.strip() for ln in text.replace("\\\n", " ").splitlines()]
+    directives = [ln.split(None, 1) for ln in lines if ln and not ln.startswith("#")]
+    entrypoint = [json.loads(arg) for d, arg in directives if d == "ENTRYPOINT"]
+    cmd = [json.loads(arg) for d, arg in directives if d == "CMD"]
+    assert entrypoint == [["/usr/bin/tini", "--"]]
+    assert cmd[-1][:2] == ["cfmaps", "serve"]
+    run = " ".join(arg for d, arg in directives if d == "RUN")
+    assert "apt-get install -y --no-install-recommends tini" in run
+    assert "chmod -R g=u /data /var/cache/cfmaps /home/cfmaps" in run
+    assert "--gid 0" in run
