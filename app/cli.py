@@ -478,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--max-memory", type=_byte_size, metavar="SIZE",
         help="bytes the build may grow by, e.g. 2G (default: half the machine's or the "
-        "container's memory); past it the build keeps mixed regions instead of being killed",
+        "container's memory, or of what is free when less); past it the build keeps mixed "
+        "regions instead of being killed",
     )
     b.add_argument("--jobs", type=_positive_int, metavar="J", help="worker threads (all cores)")
     b.add_argument(

@@ -306,7 +306,7 @@ class Settings(BaseSettings):
 
     def effective_build_memory(self) -> int:
         """Bytes per build: the setting, else the engine's default (half the machine's or
-        container's memory) shared by the concurrent builds."""
+        container's memory, or of what is free when less) shared by the concurrent builds."""
         if self.build_max_memory:
             return self.build_max_memory
         return default_build_memory() // self.build_workers

@@ -137,8 +137,9 @@ class CounterfactualMaps:
             :mod:`maps_core._memory`), so a build is never killed for memory: it keeps
             mixed regions or raises, as ``on_budget`` says. Default: half the memory this
             process may count on (:func:`~maps_core.available_memory`: the machine's, or its
-            container's cgroup limit when smaller). Without it a build that no other
-            budget stops grows until the OS kills the process (a 40-tree forest of depth
+            container's cgroup limit when smaller), or half of what is free when the build
+            starts when that is less (:func:`~maps_core.default_build_memory`). Without it a
+            build that no other budget stops grows until the OS kills the process (a 40-tree forest of depth
             5 on 8 continuous features: 24 GB within two minutes).
         on_budget : {"mixed", "error"}
             What to do when a budget runs out: keep the unresolved regions as *mixed* boxes
