@@ -118,6 +118,8 @@ def test_a_build_given_no_budget_counts_on_half_the_memory(forest, monkeypatch) 
     OS before this default). Here that memory is made tiny, so the build stops early and
     keeps mixed regions, with the same answers."""
     model, X, full = forest
+    assert default_build_memory() <= available_memory() // 2  # less when less is free
+    monkeypatch.setattr(maps_core._memory, "free_memory", lambda: None)
     assert default_build_memory() == available_memory() // 2
     monkeypatch.setattr(maps_core._memory, "available_memory", lambda: 2)  # a 1-byte budget
     part = CounterfactualMaps.build(model)
