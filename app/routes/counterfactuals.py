@@ -246,7 +246,8 @@ async def map_png(
         body = MapRequest.model_validate(fields)
     except ValidationError as exc:
         # the body route's words, on the query parameter as a whole (a_range, not a_range.0)
-        message = validation_details(exc.errors())[0]["message"]
-        where = ".".join(str(p) for p in exc.errors()[0]["loc"][:1])
+        errors = exc.errors()
+        message = validation_details(errors)[0]["message"]
+        where = ".".join(str(p) for p in errors[0]["loc"][:1])
         raise InvalidInputError(f"{where}: {message}", where) from None
     return await _picture(model_id, body, registry, settings, request)

@@ -70,9 +70,7 @@ async def known_query(request: Request) -> None:
     """
     if not request.scope.get("query_string"):
         return
-    route = request.scope.get("route")
-    known = declared_query(route)
-    repeatable = _repeatable_query(route)
+    known, repeatable = declared_query(request.scope.get("route"))
     params = request.query_params
     for name in params:
         if name.startswith("_"):
@@ -88,41 +86,27 @@ async def known_query(request: Request) -> None:
                                     "once; it takes one value", name)
 
 
-def declared_query(route: APIRoute | None) -> tuple[str, ...]:
+def declared_query(route: APIRoute | None) -> tuple[tuple[str, ...], frozenset[str]]:
     """The query parameters ``route`` and its dependencies declare, by the names clients
-    send (computed once per route, kept on it: routes are not hashable)."""
+    send, and those of them that take a list (sent once per item). Computed once per
+    route and kept on it (routes are not hashable)."""
     if route is None:
-        return ()
-    names: list[str] | None = route.__dict__.get("_cfmaps_query")
-    if names is None:
-        names = []
+        return (), frozenset()
+    found: tuple[tuple[str, ...], frozenset[str]] | None = route.__dict__.get("_cfmaps_query")
+    if found is None:
+        names: list[str] = []
+        lists: set[str] = set()
         pending = [route.dependant]
         while pending:
             dep = pending.pop()
             for p in dep.query_params:
                 if p.alias not in names:
                     names.append(p.alias)
+                if typing.get_origin(p.field_info.annotation) in (list, tuple, set):
+                    lists.add(p.alias)
             pending += reversed(dep.dependencies)
-        route.__dict__["_cfmaps_query"] = names
-    return tuple(names)
-
-
-def _repeatable_query(route: APIRoute | None) -> frozenset[str]:
-    """The query parameters of ``route`` that take a list (sent once per item), by the
-    names clients send (kept on the route, as :func:`declared_query`'s)."""
-    if route is None:
-        return frozenset()
-    names: frozenset[str] | None = route.__dict__.get("_cfmaps_repeatable")
-    if names is None:
-        found: set[str] = set()
-        pending = [route.dependant]
-        while pending:
-            dep = pending.pop()
-            found.update(p.alias for p in dep.query_params
-                         if typing.get_origin(p.field_info.annotation) in (list, tuple, set))
-            pending += dep.dependencies
-        names = route.__dict__["_cfmaps_repeatable"] = frozenset(found)
-    return names
+        found = route.__dict__["_cfmaps_query"] = (tuple(names), frozenset(lists))
+    return found
 
 
 def charge(request: Request, answers: int, field: str = "instances",
