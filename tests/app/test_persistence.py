@@ -323,7 +323,11 @@ def test_a_model_directory_damaged_while_the_service_runs(
         # a model the service serves keeps answering from its loaded maps, with a warning
         doc = json.loads((models / model_id / "status.json").read_text())
         with caplog.at_level(logging.WARNING, logger="cfmaps.app"):
-            (models / model_id / "status.json").write_text("{not json")
+            # replaced whole: write_text truncates first, and a sync pass that read the
+            # empty file in between saw a second change of the file (and warned twice)
+            damaged = models / model_id / "status.json.tmp"
+            damaged.write_text("{not json")
+            os.replace(damaged, models / model_id / "status.json")
             wait_until(lambda: any("no longer read" in r.getMessage() and model_id in
                                    r.getMessage() for r in caplog.records))
             time.sleep(0.6)  # more sync passes: warned once per change of the file
