@@ -312,10 +312,14 @@ def test_a_model_directory_damaged_while_the_service_runs(
     with service_factory() as svc:
         model_id = svc.add(rf.skops)
         models = svc.settings.models_dir
-        # a copy of a model's directory appears with a cut-short status.json
+        # a copy of a model's directory appears with a cut-short status.json (assembled
+        # beside models/ and moved in whole: a sync pass could otherwise load the copy
+        # from its good status.json first and keep that state)
+        staged = svc.settings.data_dir / "staged"
+        shutil.copytree(models / model_id, staged)
+        (staged / "status.json").write_text('{"id": "' + "e" * 32 + '", "stat')
         cut = models / ("e" * 32)
-        shutil.copytree(models / model_id, cut)
-        (cut / "status.json").write_text('{"id": "' + cut.name + '", "stat')
+        os.rename(staged, cut)
         wait_until(lambda: svc.client.get(f"/v1/models/{cut.name}").status_code == 200)
         info = svc.client.get(f"/v1/models/{cut.name}").json()
         assert info["status"] == "failed", info
