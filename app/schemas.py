@@ -77,11 +77,14 @@ ClassLabel = Annotated[
 ]
 Instance = Annotated[
     dict[str, Any] | list[Any],
-    Field(
-        description="Feature values: an object keyed by feature name, or a list in feature "
-        "order. Numbers only; NaN and infinities are refused.",
-        json_schema_extra={"examples": [{"x0": 0.5, "x1": -1.2}, [0.5, -1.2]]},
-    ),
+    # decoded by FeatureCodec (so that errors name the feature), documented as what it takes
+    WithJsonSchema({
+        "anyOf": [{"type": "object", "additionalProperties": {"type": "number"}},
+                  {"type": "array", "items": {"type": "number"}}],
+        "description": "Feature values: an object keyed by feature name, or a list in "
+        "feature order. Numbers only; NaN and infinities are refused.",
+        "examples": [{"x0": 0.5, "x1": -1.2}, [0.5, -1.2]],
+    }),
 ]
 
 
@@ -305,94 +308,206 @@ class PredictRequest(_InstancesRequest):
 
 
 # -- responses (documentation) ------------------------------------------------------------
-class ErrorResponse(BaseModel):
-    error: str
+#: A class as a response names it: its display name (a string) where the spec gave the
+#: classes names, else the model's own label (string, number or boolean).
+ClassOut = Annotated[
+    Any, WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]})
+]
+
+
+class ErrorDetail(BaseModel):
+    """One problem a request's validation found."""
+
+    field: str | None = Field(description="The input it concerns, as a dotted path "
+                              "(`instances.3.AGE`, `bounds.PAY_AMT1`).")
     message: str
-    field: str | None = None
-    details: list[dict[str, Any]] | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Every error's body, whatever its status."""
+
+    error: str = Field(description="A stable code to act on: `invalid_input`, "
+                       "`invalid_query`, `model_not_found`, `model_not_ready`, `budget_exceeded`, "
+                       "`rate_limited`, `unavailable`, ...")
+    message: str = Field(description="What is wrong and, where there is one, what to do.")
+    field: str | None = Field(default=None, description="The input at fault, as a dotted "
+                              "path (`instance.AGE`, `target`, `spec.features.2.type`); null "
+                              "when none is.")
+    details: list[ErrorDetail] | None = Field(default=None, description="A request that "
+                                              "failed validation: every problem found, the "
+                                              "first one being `field` and `message`.")
+
+
+#: A value of a feature as answers give it: an integer for integer, binary, categorical
+#: and nominal features, a float otherwise.
+Number = float | int
 
 
 class Change(BaseModel):
+    """One changed feature's value in the query and in the counterfactual."""
+
     model_config = ConfigDict(populate_by_name=True)
-    from_: float | int = Field(alias="from")
-    to: float | int
+    from_: Number = Field(alias="from", description="The query's value.")
+    to: Number = Field(description="The counterfactual's value.")
 
 
 class Interval(BaseModel):
-    lower: float | int | None
-    upper: float | int | None
-    lower_closed: bool
-    upper_closed: bool
+    """A feature's range in a region: every value in it, up to its ends as `lower_closed`
+    and `upper_closed` say, gets the region's decision (with the other features in theirs)."""
+
+    lower: Number | None = Field(description="Lower end; null: unbounded.")
+    upper: Number | None = Field(description="Upper end; null: unbounded.")
+    lower_closed: bool = Field(description="Whether `lower` itself is in the range.")
+    upper_closed: bool = Field(description="Whether `upper` itself is in the range.")
 
 
 class QueryStatsOut(BaseModel):
-    nodes_popped: int
-    rectangles_evaluated: int
-    regions_refined: int
-    peak_boxes: int
-    seconds: float
+    """The work one search did (for monitoring; it varies with the maps and, in two
+    threads, from run to run)."""
+
+    nodes_popped: int = Field(description="KD-tree nodes taken off the search's queue.")
+    rectangles_evaluated: int = Field(description="Certified boxes whose exact distance was "
+                                      "computed.")
+    regions_refined: int = Field(description="Boxes of unresolved (mixed) regions searched.")
+    peak_boxes: int = Field(description="The most of those boxes held at once.")
+    seconds: float = Field(description="Search time.")
+
+
+_POINT = ("The counterfactual, by feature name: the model predicts `target` for it, and it "
+          "meets the query's constraints and the features' legal values.")
+_CHANGES = "The features whose value differs from the query's, by name."
+_DISTANCE_OF_POINT = ("Distance of `counterfactual` itself: `distance`, or one float64 step "
+                      "more where the region's nearest end is open.")
+_REGION = ("By feature name, the box around `counterfactual` in which the model decides "
+           "`target` everywhere, up to its ends.")
 
 
 class AlternativeOut(BaseModel):
-    target: Any
-    counterfactual: dict[str, float | int]
-    changes: dict[str, Change]
-    distance: float
-    counterfactual_distance: float
-    region: dict[str, Interval]
+    """A next-best counterfactual (`k` > 1), from a region other than the best's."""
+
+    target: ClassOut = Field(description="The class the model decides in its region.")
+    counterfactual: dict[str, Number] = Field(description=_POINT)
+    changes: dict[str, Change] = Field(description=_CHANGES)
+    distance: float = Field(description="Distance from the query to its region.")
+    counterfactual_distance: float = Field(description=_DISTANCE_OF_POINT)
+    region: dict[str, Interval] = Field(description=_REGION)
 
 
 class CounterfactualOut(BaseModel):
-    prediction: Any
-    target: Any
-    feasible: bool
-    reason: str | None
-    counterfactual: dict[str, float | int] | None
-    changes: dict[str, Change] | None
+    """One instance's answer: the nearest input the model decides otherwise, or why there
+    is none. The counterfactual fields are null when `feasible` is false."""
+
+    prediction: ClassOut = Field(description="The model's decision for the instance.")
+    target: ClassOut = Field(description="The class of the counterfactual: the one asked "
+                             "for, or with none asked for the nearest other class. When "
+                             "infeasible: the class asked for (null when several are out "
+                             "of reach).")
+    feasible: bool = Field(description="False when no input that meets the query's "
+                           "constraints gets `target`; `reason` says which.")
+    reason: str | None = Field(description="Why there is no counterfactual; null when "
+                               "`feasible`.")
+    counterfactual: dict[str, Number] | None = Field(description=_POINT)
+    changes: dict[str, Change] | None = Field(description=_CHANGES)
     distance: float | None = Field(
         description="Certified optimal distance (when `optimal`; else the distance to "
         "`region`, the best the search found within its budget).")
-    counterfactual_distance: float | None
-    region: dict[str, Interval] | None
+    counterfactual_distance: float | None = Field(description=_DISTANCE_OF_POINT)
+    region: dict[str, Interval] | None = Field(description=_REGION)
     optimal: bool = Field(description="Whether `distance` is certified optimal: false only "
                           "for an answer under `on_budget: best` whose search ran out first.")
     lower_bound: float | None = Field(
         description="Certified lower bound of the optimal distance: `distance` when "
         "`optimal`; null when infeasible.")
     stats: QueryStatsOut
-    alternatives: list[AlternativeOut] | None = None
+    alternatives: list[AlternativeOut] | None = Field(
+        default=None, description="With `k` > 1: the next-best counterfactuals, nearest "
+        "first, each from another region (fewer when fewer exist).")
 
 
 class CounterfactualBatchOut(BaseModel):
+    """A batch's answers (`instances`), in the order of its instances."""
+
     results: list[CounterfactualOut]
 
 
 class PredictionOut(BaseModel):
-    prediction: Any
-    probabilities: dict[str, float]
+    """The model's own decision for one instance."""
+
+    prediction: ClassOut = Field(description="The class the model decides.")
+    probabilities: dict[str, float] = Field(description="The model's probability per class, "
+                                            "keyed by the class as `classes` names it (as text).")
 
 
 class PredictBatchOut(BaseModel):
+    """A batch's predictions, in the order of its instances."""
+
     results: list[PredictionOut]
 
 
 ModelStatus = Literal["queued", "building", "loading", "ready", "failed"]
 
 
+class FeatureInfo(BaseModel):
+    """One model input as the model's spec declares it, with the defaults filled in
+    (:class:`maps_core.Feature`); the order of ``features`` is the model's column order."""
+
+    name: str
+    type: Literal["continuous", "integer", "binary", "categorical", "nominal"] = Field(
+        description="`categorical` is one 0/1 column of the one-hot group `group`; `nominal` "
+        "one column of category codes `lower..upper`.")
+    lower: float | int | None = Field(description="Least legal value (inclusive); null: none.")
+    upper: float | int | None = Field(description="Greatest legal value (inclusive); null: "
+                                      "none.")
+    group: str | None = Field(description="The one-hot group of a `categorical` column.")
+    mutable: bool = Field(description="Whether a counterfactual may change it (a query may "
+                          "fix more features, never free one the spec fixes).")
+    direction: Direction = Field(description="The way a counterfactual may move it (a query "
+                                 "may restrict it further).")
+    weight: float | int | None = Field(description="Cost per unit of change (per switch of "
+                                       "a `nominal` feature); null: derived from the bounds.")
+
+
+class BuildStatsOut(BaseModel):
+    """What a build made: the maps' size and how long it took."""
+
+    seconds: float = Field(description="Build time.")
+    rectangles: int = Field(description="Certified boxes of constant decision, all classes.")
+    rectangles_per_class: dict[str, int] = Field(description="Certified boxes per class, "
+                                                 "keyed by the class as `classes` names it (as text).")
+    mixed_regions: int = Field(description="Regions left unresolved within the build's "
+                               "budgets, searched exactly at query time.")
+    thresholds_per_feature: list[int] = Field(description="Distinct split thresholds per "
+                                              "feature, in column order.")
+    bytes_on_disk: int = Field(description="Size of the saved maps.")
+
+
 class ModelInfo(BaseModel):
+    """A model: its build's state, its features and classes, and once built its maps'
+    statistics."""
+
     id: str
-    name: str | None
-    status: ModelStatus
-    progress: float
-    error: str | None
-    created_at: str
-    updated_at: str
-    format: str
-    model_type: str
-    features: list[dict[str, Any]]
-    classes: list[Any]
-    class_labels: list[Any]
-    stats: dict[str, Any] | None
+    name: str | None = Field(description="Display name: the spec's, else the uploaded "
+                             "file's stem.")
+    status: ModelStatus = Field(description="`queued` and `building` until its maps are "
+                                "built, `loading` while this process maps them, then `ready` "
+                                "(queries answer) or `failed` (see `error`).")
+    progress: float = Field(description="Build progress, 0 to 1 (1 once `ready`).")
+    error: str | None = Field(description="Why the model failed; null otherwise.")
+    created_at: str = Field(description="Upload time, ISO 8601 in UTC.")
+    updated_at: str = Field(description="Last change of status, ISO 8601 in UTC.")
+    format: str = Field(description="The uploaded file's format: `skops`, `pickle`, "
+                        "`xgboost` or `lightgbm` (empty when the directory does not read).")
+    model_type: str = Field(description="The model's class, e.g. `RandomForestClassifier`, "
+                            "`XGBoostModel` or `LightGBMModel` for those libraries' own files.")
+    features: list[FeatureInfo] = Field(description="The model's inputs, in column order "
+                                        "(the order of an instance given as a list).")
+    classes: list[ClassOut] = Field(description="How requests and answers name the classes "
+                                    "(`target`, `prediction`): the spec's display names, "
+                                    "else `class_labels`.")
+    class_labels: list[ClassOut] = Field(description="The model's own class labels "
+                                         "(`classes_`), in the same order.")
+    stats: BuildStatsOut | None = Field(description="The maps' statistics once built; null "
+                                        "before.")
 
 
 class ModelList(BaseModel):
@@ -400,7 +515,8 @@ class ModelList(BaseModel):
     fetches the next page (``null`` on the last one)."""
 
     models: list[ModelInfo]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null "
+                                    "on the last one.")
 
 
 class ReadinessOut(BaseModel):
@@ -408,7 +524,7 @@ class ReadinessOut(BaseModel):
     before; ``models`` counts them by status."""
 
     status: Literal["loading", "ready"]
-    models: dict[str, int]
+    models: dict[str, int] = Field(description="How many models there are, by status.")
 
 
 class ServerReadyOut(BaseModel):

@@ -65,6 +65,7 @@ def test_schemathesis_finds_no_contract_failure(tmp_path: Path, gb3: Fitted) -> 
                                   "SCHEMATHESIS_HOOKS": "st_hooks",
                                   "PYTHONPATH": str(Path(__file__).parent),
                                   "CFMAPS_CONTRACT_ROW": json.dumps(gb3.X[0].tolist()),
+                                  "CFMAPS_CONTRACT_MAX_SIDE": str(settings.map_max_side),
                                   "CFMAPS_CONTRACT_CLASSES": json.dumps(
                                       gb3.model.classes_.tolist()),
                                   "CFMAPS_CONTRACT_FEATURES": json.dumps(

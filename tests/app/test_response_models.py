@@ -121,3 +121,55 @@ def test_the_probes_answer_as_documented(service_factory: Any, rf: Fitted) -> No
         for path, item in doc.items():
             for method, op in item.items():
                 assert ("415" in op["responses"]) == (method != "get"), (method, path)
+
+
+def _untyped(schema: dict[str, Any]) -> bool:
+    """Whether a JSON schema leaves a value's type open: ``{}``, an object of anything or
+    a list of such."""
+    if not schema or schema.get("additionalProperties") is True:
+        return True
+    if schema.get("type") == "object" and "properties" not in schema and not isinstance(
+            schema.get("additionalProperties"), dict):
+        return True
+    parts = [schema.get("items", {"type": "x"})] if schema.get("type") == "array" else []
+    parts += schema.get("anyOf", []) + schema.get("oneOf", [])
+    return any(_untyped(p) for p in parts)
+
+
+def test_every_response_is_typed_and_documented(rf_service: tuple[Service, str]) -> None:
+    """A generated client read a model's features and build statistics, and the instances
+    it sends, as untyped objects, and the answers' fields had no word of documentation."""
+    svc, _ = rf_service
+    doc = svc.client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    seen: set[str] = set()
+
+    def refs(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "$ref":
+                    name = value.rsplit("/", 1)[1]
+                    if name not in seen:
+                        seen.add(name)
+                        refs(schemas[name])
+                else:
+                    refs(value)
+        elif isinstance(node, list):
+            for value in node:
+                refs(value)
+
+    for item in doc["paths"].values():
+        for op in item.values():
+            refs(op.get("responses", {}))
+    assert {"ModelInfo", "FeatureInfo", "BuildStatsOut", "CounterfactualOut"} <= seen
+    # self-explanatory where their model's description says what they are
+    plain = {"id", "name", "message", "results", "models", "ready", "status"}
+    for name in seen:
+        schema = schemas[name]
+        assert schema.get("description"), name
+        for prop, sub in schema.get("properties", {}).items():
+            assert not _untyped(sub), (name, prop, sub)
+            assert "description" in sub or "$ref" in sub or prop in plain, (name, prop)
+    for name in ("CounterfactualRequest", "PredictRequest", "MapRequest"):
+        instance = schemas[name]["properties"]["instance"]
+        assert not _untyped(instance), instance
