@@ -43,7 +43,11 @@ def hold_first(marker: str, job: BuildJob, conn: Connection) -> None:
     """The first worker (no file ``marker`` yet) creates it, reports progress and waits to
     be killed; every later one builds for real."""
     if not Path(marker).exists():
-        Path(marker).write_text(str(os.getpid()))
+        # whole or absent: the test polls for it, and write_text creates the file empty
+        # before it writes (a poll in between read "" for the pid)
+        tmp = Path(f"{marker}.{os.getpid()}.tmp")
+        tmp.write_text(str(os.getpid()))
+        os.replace(tmp, marker)
         conn.send(("progress", 0.5))
         _wait_for(Path(marker + ".never"))
         return

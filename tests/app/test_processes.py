@@ -52,23 +52,18 @@ def test_an_upload_to_an_api_replica_is_built_by_the_builder_and_served_by_all(
         r = upload(api1.client, rf.skops)
         assert r.status_code == 202
         model_id = r.json()["id"]
-        # visible on the other replica at once (it catches up on the request), queued or
-        # building: within two seconds on a busy machine (a CI run took 1.1 s, where the
-        # sync interval alone would allow 0.1 s)
-        t0 = time.monotonic()
-        wait_until(lambda: _status(api2, model_id) is not None, timeout=2.0)
-        assert time.monotonic() - t0 < 2.0
+        # visible on the other replica at once: it catches up within the request itself
+        # (Registry.catch_up), so no sync pass and no clock is involved
+        assert _status(api2, model_id) in ("queued", "building", "ready")
         # built by the builder, then served by both replicas
         wait_until(lambda: _status(api1, model_id) == "ready" and _status(api2, model_id) == "ready")
         a = api1.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": x})
         b = api2.client.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": x})
         assert a.status_code == b.status_code == 200
         assert a.json()["distance"] == b.json()["distance"]
-        # deleted through one replica: gone from the other within a second
+        # deleted through one replica: gone from the other at once (caught up likewise)
         assert api2.client.delete(f"/v1/models/{model_id}").status_code == 204
-        t0 = time.monotonic()
-        wait_until(lambda: api1.client.get(f"/v1/models/{model_id}").status_code == 404, timeout=1.0)
-        assert time.monotonic() - t0 < 1.0
+        assert api1.client.get(f"/v1/models/{model_id}").status_code == 404
 
 
 def test_a_status_is_on_disk_before_its_process_answers_with_it(

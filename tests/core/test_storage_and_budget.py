@@ -474,8 +474,10 @@ def test_a_long_search_stops_at_its_time_budget():
     model = RandomForestClassifier(n_estimators=60, max_depth=7, random_state=0).fit(X, y)
     part = CounterfactualMaps.build(model, max_rectangles=5)
     free = part.counterfactuals(X[:40], norm="l1")
-    slow = max(range(40), key=lambda i: free[i].stats.seconds)
-    seconds = free[slow].stats.seconds
+    # the longest search by its work, and its time as the least of three runs: by wall
+    # time, a row paused on a busy machine could pass for the long one
+    slow = max(range(40), key=lambda i: free[i].stats.regions_refined)
+    seconds = min(part.counterfactual(X[slow], norm="l1").stats.seconds for _ in range(3))
     assert free[slow].stats.regions_refined > 1000, "the test needs a long search"
     with pytest.raises(BudgetExceededError, match="max_seconds"):
         part.counterfactual(X[slow], norm="l1", max_seconds=seconds / 20)
