@@ -604,6 +604,10 @@ function brokenConstraints(cf, a, b, inst) {
   return out;
 }
 
+// Picture sizes asked for, in turn, when the default is more than a client's rate limit
+// allows at all (43, 11, 3 and 1 answers).
+const SMALLER_MAPS = [[240, 180], [120, 90], [60, 45], [32, 24]];
+
 function clearMap() {
   const img = $("map-img");
   img.removeAttribute("src");
@@ -627,12 +631,20 @@ async function drawMap() {
   if (ra) req.a_range = ra;
   if (rb) req.b_range = rb;
   try {
-    const res = await fetch(`v1/models/${encodeURIComponent(state.model.id)}/map.png`, {
-      method: "POST", headers: headers(true), body: JSON.stringify(req),
-    });
-    if (!res.ok) {
+    // A picture is charged by its size (an answer per 1,024 pixels): under a rate limit
+    // below the default's 169 answers a minute it is refused whole (429 naming `width`,
+    // which costs nothing), so ask again for smaller ones before giving up.
+    let res, small = false;
+    for (const size of [null, ...SMALLER_MAPS]) {
+      const sent = size ? { ...req, width: size[0], height: size[1] } : req;
+      res = await fetch(`v1/models/${encodeURIComponent(state.model.id)}/map.png`, {
+        method: "POST", headers: headers(true), body: JSON.stringify(sent),
+      });
+      if (res.ok) { small = size !== null; break; }
       const body = await res.json().catch(() => ({}));
-      throw new Error(body.message || res.statusText);
+      if (!(res.status === 429 && body.field === "width") || size === SMALLER_MAPS.at(-1)) {
+        throw new Error(body.message || res.statusText);
+      }
     }
     const blob = await res.blob();
     if (seq !== state.mapSeq) return;
@@ -662,6 +674,7 @@ async function drawMap() {
     } else {
       said = `Nearest in this slice: ${at}` + (outside ? " (outside the picture)." : ".");
     }
+    if (small) said += " Drawn small: the service's rate limit allows no bigger picture.";
     img.alt = `Classes over ${a} (${span(a, ext[0], ext[1])}) and ${b} (${span(b, ext[2], ext[3])}). ` + said;
     $("map-caption").textContent = `${a}: ${span(a, ext[0], ext[1])} (left to right). ` + said;
     $("map-b-name").textContent = `${b}: ${span(b, ext[2], ext[3])}`;

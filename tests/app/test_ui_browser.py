@@ -72,6 +72,8 @@ SPEC = {
 }
 INSTANCE = {"income": 40, "late": 1, "home=rent": 1, "home=own": 0, "debt": 7.5, "age": 40}
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+OTHER = "ui-other-token"
+OTHER_AUTH = {"Authorization": f"Bearer {OTHER}"}
 
 # Records what the page asks of the API: the test replays the same requests itself.
 RECORD_FETCH = """
@@ -408,6 +410,45 @@ def test_the_map_follows_the_features_picked(server, browser):
     # and the old picture is gone, not left standing under the error
     assert drv.find_element(By.ID, "map-img").get_attribute("src") in (None, "")
     assert drv.find_element(By.ID, "map-caption").text == ""
+
+
+@pytest.fixture(scope="module")
+def limited_server(tmp_path_factory):
+    """A service whose rate limit (100 answers a minute) is below the 169 a picture of the
+    default size costs; a second token keeps the test's own requests off the page's bucket."""
+    settings = Settings(data_dir=tmp_path_factory.mktemp("ui-limited") / "data",
+                        api_tokens=[TOKEN, OTHER], admin_token=ADMIN, rate_limit_per_minute=100)
+    with _serving(settings) as (base, mid, fitted):
+        warm = httpx.post(f"{base}/v1/models/{mid}/counterfactuals", headers=OTHER_AUTH,
+                          json={"instance": INSTANCE}, timeout=300)
+        assert warm.status_code == 200, warm.text
+        yield base, mid, fitted
+
+
+def test_a_map_is_drawn_small_under_a_low_rate_limit(limited_server, browser):
+    """Under a rate limit below a default picture's cost the page drew no map at all, only
+    the 429 ("more than the limit"); it now asks for smaller pictures (refused ones cost
+    nothing) and says it drew a small one."""
+    base, mid, _ = limited_server
+    drv = browser
+    wait = _open(drv, base)
+    _fill(drv)
+    Select(drv.find_element(By.ID, "map-a")).select_by_visible_text("debt")
+    caption = wait.until(lambda d: "Drawn small" in d.find_element(
+        By.ID, "map-caption").text and d.find_element(By.ID, "map-caption").text)
+    assert "debt:" in caption and drv.find_element(By.ID, "err-map").text == ""
+    sent = _requests(drv, "/map.png")
+    assert "width" not in sent[0]  # the default first: refused whole
+    last = sent[-1]
+    assert (last["width"], last["height"]) == (240, 180)
+    r = httpx.post(f"{base}/v1/models/{mid}/map.png", headers=OTHER_AUTH, json=last)
+    assert r.status_code == 200, r.text
+    want = _api_pixels(r.content)
+    wait.until(lambda d: np.array_equal(_shown_pixels(d), want))
+    # the default size is refused as a whole, naming the field the page reacts to
+    r = httpx.post(f"{base}/v1/models/{mid}/map.png", headers=OTHER_AUTH,
+                   json={k: v for k, v in last.items() if k not in ("width", "height")})
+    assert r.status_code == 429 and r.json()["field"] == "width", r.text
 
 
 def test_validation_error_is_shown_beside_its_field(server, browser):
