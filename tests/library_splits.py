@@ -139,7 +139,12 @@ def _hist_gb_thresholds(model: Any, m: int) -> list[np.ndarray]:
             nodes = predictor.nodes
             split = (nodes["is_leaf"] == 0) & (nodes["is_categorical"] == 0)
             for f in range(m):
-                per[column[f]].append(nodes["num_threshold"][split & (nodes["feature_idx"] == f)])
+                t = nodes["num_threshold"][split & (nodes["feature_idx"] == f)]
+                # +inf: a split that sends only missing values right (learnt from NaN in
+                # training) sends every finite input left, so no side changes on the real
+                # line (kept, it made a cell whose representative was inf - inf = NaN,
+                # which predict sends the missing way: the oracle mislabelled it)
+                per[column[f]].append(t[t < np.inf])
     return [np.concatenate(v) if v else np.zeros(0) for v in per]
 
 

@@ -92,6 +92,37 @@ def test_fitted_with_missing_values(n_classes):
             assert model.predict(res.best.x[None])[0] == target
 
 
+@pytest.mark.parametrize("norm", ["l1", "linf"])
+def test_a_feature_split_only_on_missing_values_matches_the_brute_force(norm):
+    """A feature whose finite values are all equal, with informative missingness: its only
+    split is the missing-value one (threshold +inf), which no finite input crosses. The
+    brute force (the oracle of every differential test) kept that threshold, made a cell
+    whose representative point was inf - inf = NaN, read the missing side's label for it,
+    and reported distance 0 where the nearest other decision is 0.95 away."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 2))
+    y = (X[:, 0] > 0).astype(int)
+    X[:, 1] = 0.0
+    missing = rng.random(400) < 0.3
+    X[missing, 1] = np.nan
+    y[missing] = 1 - y[missing]
+    model = HistGradientBoostingClassifier(max_iter=2, max_depth=2, min_samples_leaf=40,
+                                           random_state=0).fit(X, y)
+    thresholds = [p.nodes["num_threshold"][(p.nodes["is_leaf"] == 0)
+                                           & (p.nodes["feature_idx"] == 1)]
+                  for stage in model._predictors for p in stage]
+    assert np.isinf(np.concatenate(thresholds)).any()  # the case this test is about
+    assert split_values(model, 2)[0][1].size == 0  # no boundary on the real line
+    maps = CounterfactualMaps.build(model)
+    for x in (np.array([1.0, 0.5]), np.array([-0.3, -2.0]), np.array([0.05, 1e300])):
+        pred = int(model.predict(x[None])[0])
+        res = maps.counterfactual(x, 1 - pred, norm=norm)
+        assert model.predict(res.best.x[None])[0] == 1 - pred
+        want = brute_force(model, x, 1 - pred, np.ones(2), norm)
+        assert res.best.distance == pytest.approx(want, rel=1e-9, abs=1e-12)
+        assert want > 0
+
+
 def test_minus_inf_or_nan_thresholds_stay_refused():
     X, y = _data(2)
     model = HistGradientBoostingClassifier(max_iter=2, max_depth=2, random_state=0).fit(X, y)
