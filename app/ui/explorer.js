@@ -642,9 +642,11 @@ async function drawMap() {
       });
       if (res.ok) { small = size !== null; break; }
       const body = await res.json().catch(() => ({}));
-      if (!(res.status === 429 && body.field === "width") || size === SMALLER_MAPS.at(-1)) {
-        throw new Error(body.message || res.statusText);
-      }
+      if (seq !== state.mapSeq) return;  // superseded: the newer picture asks for itself
+      // too dear, or (a smaller size tried) wider than CFMAPS_MAP_MAX_SIDE allows: smaller
+      const smaller = (res.status === 429 && body.field === "width")
+        || (size !== null && res.status === 422 && ["width", "height"].includes(body.field));
+      if (!smaller || size === SMALLER_MAPS.at(-1)) throw new Error(body.message || res.statusText);
     }
     const blob = await res.blob();
     if (seq !== state.mapSeq) return;
