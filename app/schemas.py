@@ -394,11 +394,11 @@ class AlternativeOut(BaseModel):
 
 
 class CounterfactualOut(BaseModel):
-    """One instance's answer: the nearest input the model decides otherwise, or why there
-    is none. The counterfactual fields are null when `feasible` is false."""
+    """One instance's answer: the nearest input the model decides as `target`, or why
+    there is none. The counterfactual fields are null when `feasible` is false."""
 
     prediction: ClassOut = Field(description="The model's decision for the instance.")
-    target: ClassOut = Field(description="The class of the counterfactual: the one asked "
+    target: ClassOut | None = Field(description="The class of the counterfactual: the one asked "
                              "for, or with none asked for the nearest other class. When "
                              "infeasible: the class asked for (null when several are out "
                              "of reach).")
