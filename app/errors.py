@@ -244,7 +244,7 @@ def validation_details(errors: Sequence[Any]) -> list[dict[str, Any]]:
             message = f"too few items: only {loc[-1]} given"
         if e.get("type") == "json_invalid":
             field = "body"
-        elif tuple(e.get("loc", ())) == ("body",):
+        elif loc == ("body",):
             # the body as a whole: empty, a JSON array or null, or not sent as JSON (curl's
             # -d without a content type is a form); pydantic's words name its internals
             field = "body"
