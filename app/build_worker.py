@@ -8,7 +8,7 @@ The child reads the uploaded model file from the data dir itself (the same safe 
 an upload), builds, and saves the maps (atomically, :func:`maps_core.storage.save_artifact`)
 where the parent will load them from. It talks to the parent over one pipe:
 
-* ``("progress", fraction)`` while extracting;
+* ``("progress", fraction)`` while building the maps (extraction, then the KD-trees);
 * then exactly one of ``("done", None)`` (maps saved) or ``("failed", reason)``.
 
 A child that exits without its last message crashed (the parent tells that from the exit

@@ -54,8 +54,9 @@ from .settings import Settings
 
 log = logging.getLogger("cfmaps.app")
 
-# Share of the progress bar given to extraction; saving and re-loading take the rest.
-_EXTRACT_SHARE = 0.95
+# Share of the progress bar given to the engine's build (extraction, then the KD-trees);
+# saving and re-loading take the rest.
+_BUILD_SHARE = 0.95
 # Seconds between progress writes to status.json (read by the other processes).
 _PROGRESS_EVERY = 0.5
 #: Times a build is started before a worker that keeps dying fails the model: once is a
@@ -339,7 +340,7 @@ class BuildManager:
                     proc.join(timeout=5)
                     raise WorkerDied(_exit_description(proc.exitcode)) from None
                 if kind == "progress":
-                    f = min(max(float(value), 0.0), 1.0) * _EXTRACT_SHARE
+                    f = min(max(float(value), 0.0), 1.0) * _BUILD_SHARE
                     entry.progress = max(entry.progress, f)
                     now = time.monotonic()
                     if now - last_written >= _PROGRESS_EVERY:  # for the other processes

@@ -8,7 +8,8 @@ under every class, since any class may occur inside them.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -231,9 +232,18 @@ def _n_nodes(n: int, leaf_size: int) -> int:
 
 
 def build_index(
-    part: Partition, grid: Grid, n_classes: int, leaf_size: int = LEAF_SIZE, n_jobs: int = 1
+    part: Partition,
+    grid: Grid,
+    n_classes: int,
+    leaf_size: int = LEAF_SIZE,
+    n_jobs: int = 1,
+    progress: Callable[[float], None] | None = None,
 ) -> KDForest:
-    """One volumetric KD-tree per class over ``part``'s rectangles (``n_jobs`` threads)."""
+    """One volumetric KD-tree per class over ``part``'s rectangles (``n_jobs`` threads).
+
+    ``progress``, when given, is called in the calling thread with the share of the
+    entries indexed (a float in (0, 1]) each time a class's tree is done.
+    """
     m = part.lo.shape[1]
     off = np.ascontiguousarray(grid.cell_offsets[:-1], dtype=np.int64)
     cells = (part.lo, part.hi, off, grid.cell_lower, grid.cell_upper)
@@ -260,7 +270,13 @@ def build_index(
 
     # The class trees are independent and _build releases the GIL: build them in parallel.
     with ThreadPoolExecutor(max_workers=max(1, min(n_jobs, n_classes))) as pool:
-        list(pool.map(one, [k for k, g in enumerate(groups) if g.size]))
+        todo = {pool.submit(one, k): len(g) for k, g in enumerate(groups) if g.size}
+        done = 0
+        for fut in as_completed(todo):
+            fut.result()
+            done += todo[fut]
+            if progress is not None:
+                progress(done / max(n_entries, 1))
     node_lo, node_hi, left, right, start, end, order = arrays
     return KDForest(node_lo=node_lo, node_hi=node_hi, left=left, right=right, start=start,
                     end=end, order=order, class_root=class_root)

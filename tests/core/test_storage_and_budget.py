@@ -517,6 +517,31 @@ def test_progress_reaches_one(built):
     assert seen[-1] == 1.0
 
 
+def test_progress_reaches_one_only_once_the_maps_are_indexed(built, monkeypatch):
+    """The extraction alone reported 1.0, and the KD-trees were built after it (a third of
+    a budgeted loan forest's build), while a progress bar sat full. Now the trees report
+    their share, and 1.0 comes once the maps are complete."""
+    from maps_core import maps as maps_module
+
+    model, _, _ = built
+    seen: list[float] = []
+    at_index: list[float] = []
+    real = maps_module.build_index
+
+    def watched(*args, **kwargs):
+        at_index.extend(seen)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(maps_module, "build_index", watched)
+    CounterfactualMaps.build(model, progress=seen.append)
+    assert at_index and max(at_index) < 1.0
+    assert seen == sorted(seen) and seen[-1] == 1.0 and seen.count(1.0) == 1
+    # each class's tree reports its share: all but the last between the extraction's and 1.0
+    after = seen[len(at_index):]
+    assert len(after) == len(model.classes_) == 3, (at_index, after)
+    assert max(at_index) < after[0] and after[-2] < 1.0, (at_index, after)
+
+
 def test_progress_follows_the_budget_that_ends_the_build(monkeypatch):
     """A budgeted forest certifies a small share of its grid, so progress as that share sat
     near 0 until the build ended; it follows the rectangle budget now."""
