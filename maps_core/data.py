@@ -14,7 +14,9 @@ the same schema wherever it is read. One meaning per code:
     ``whole_floats_as_integers``); bounds are the observed range.
 ``E``
     categorical: one-hot encoded here into a group of ``categorical`` 0/1 columns named
-    ``column=value``, one per distinct value, in sorted (string) order. A column holding a
+    ``column=value``, one per distinct value, in sorted (string) order; in a column of
+    numbers only, spellings of the same number (``1``, ``1.0``) are one value, named by its
+    first spelling in that order, as the ``codes`` encoding reads them. A column holding a
     single category carries no information and cannot form a group (a one-hot group needs
     two columns): it loads as one constant ``binary`` column ``column=value`` with bounds
     [1, 1], so the design matrix keeps every category the file names.
@@ -199,6 +201,10 @@ def _one_hot(raw: list[str], name: str) -> tuple[list[np.ndarray], list[Feature]
     present = [not _is_missing(v) for v in raw]
     values = [v.strip() for v in raw]
     cats = sorted({v for v, ok in zip(values, present, strict=True) if ok})
+    same = _same_numbers(cats)
+    if same:  # "1" and "1.0" are one category, as in codes (_codes): the first spelling
+        values = [same.get(v, v) for v in values]
+        cats = sorted(set(same.values()))
     cols: list[np.ndarray] = []
     feats: list[Feature] = []
     for c in cats:
@@ -211,6 +217,24 @@ def _one_hot(raw: list[str], name: str) -> tuple[list[np.ndarray], list[Feature]
             feats.append(Feature(name=f"{name}={c}", type="categorical", group=name,
                                  lower=0.0, upper=1.0))
     return cols, feats
+
+
+def _same_numbers(cats: list[str]) -> dict[str, str]:
+    """When every category of ``cats`` (sorted) is a finite number, each spelling's first
+    spelling (in sorted order) of the same number: ``{"1": "1", "1.0": "1"}``; else, or
+    when no two spellings share a number, ``{}``."""
+    try:
+        nums = [_float(v) for v in cats]
+    except ValueError:
+        return {}
+    if not all(math.isfinite(n) for n in nums):
+        return {}
+    first: dict[float, str] = {}
+    for v, n in zip(cats, nums, strict=True):
+        first.setdefault(n, v)
+    if len(first) == len(cats):
+        return {}
+    return {v: first[n] for v, n in zip(cats, nums, strict=True)}
 
 
 def _codes(raw: list[str]) -> np.ndarray:

@@ -110,6 +110,25 @@ def test_integer_categories_are_their_own_codes(tmp_path: Path) -> None:
     assert ds.X[:, 0].tolist() == [0.0, 2.0, 1.0]
 
 
+def test_spellings_of_one_number_are_one_category_in_both_encodings(tmp_path: Path) -> None:
+    """A column of numbers written 1 and 1.0 (a spreadsheet's export of a merged file) was
+    two categories one-hot (columns c=1 and c=1.0) and one code: the encodings disagreed
+    on the number of categories, so a model trained on one could not be explained on the
+    other's terms."""
+    p = write(tmp_path, "c,Class\nE,T\n1,0\n1.0,1\n2,0\n2.00,1\n10,0\n")
+    hot = load_csv(p)
+    assert hot.schema.names == ["c=1", "c=10", "c=2"]  # string order, first spellings
+    assert np.array_equal(hot.X, [[1, 0, 0], [1, 0, 0], [0, 0, 1], [0, 0, 1], [0, 1, 0]])
+    codes = load_csv(p, categories="codes")
+    assert codes.X[:, 0].tolist() == [1.0, 1.0, 2.0, 2.0, 10.0]
+    # both encodings group the rows alike
+    assert len({tuple(r) for r in hot.X}) == len(set(codes.X[:, 0])) == 3
+    # strings stay strings: "1" and "1.0" among words are two categories, in both
+    p = write(tmp_path, "c,Class\nE,T\n1,0\n1.0,1\nred,0\n")
+    assert load_csv(p).schema.names == ["c=1", "c=1.0", "c=red"]
+    assert load_csv(p, categories="codes").X[:, 0].tolist() == [0.0, 1.0, 2.0]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
