@@ -24,8 +24,11 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -364,8 +367,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # N processes, each an app over the shared data dir (see app.registry.Registry.sync);
         # each configures its own logging (create_app reads this variable).
         os.environ[WORKER_LOG_ENV] = args.log_level
-        uvicorn.run("app.cli:worker_app", factory=True, workers=workers, **common)
+        with _shared_metrics():
+            uvicorn.run("app.cli:worker_app", factory=True, workers=workers, **common)
     return 0
+
+
+@contextmanager
+def _shared_metrics() -> Iterator[None]:
+    """The N processes' metrics in one directory, so that a scrape reaching any of them
+    counts all of them (app.metrics): a fresh one, removed at the end, unless the
+    operator named one (then theirs to empty between runs, as prometheus_client asks).
+    The processes are spawned, so they import prometheus_client after this is set."""
+    from app.metrics import MULTIPROC_ENV
+
+    if os.environ.get(MULTIPROC_ENV):
+        yield
+        return
+    try:
+        path = tempfile.mkdtemp(prefix="cfmaps-metrics-")
+    except OSError as exc:  # no writable temp dir: one line, not a traceback
+        raise CLIError(f"no directory for the processes' metrics under TMPDIR "
+                       f"({os.environ.get('TMPDIR') or '/tmp'}): {exc.strerror or exc}; set "
+                       f"TMPDIR or {MULTIPROC_ENV} to a writable directory") from None
+    os.environ[MULTIPROC_ENV] = path
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _clean_up_after_sigterm() -> None:

@@ -528,6 +528,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stop.set()
             builds.shutdown()
             discard_scratch()  # a warm-up still under way: the process ends without it
+            metrics.close()
 
     app = FastAPI(
         title="cfmaps",

@@ -14,10 +14,18 @@ Exposed series:
   ``cfmaps_builds_queued``, ``cfmaps_build_duration_seconds``.
 * ``cfmaps_counterfactuals_total``: instances answered; ``cfmaps_models{status}``: models
   per status, computed at scrape time.
+
+``cfmaps serve --workers N`` runs N processes behind one port, and a scrape reaches one of
+them: each process's own counters read as resets whenever the scrape reached the other.
+So with N > 1 the processes keep their values in prometheus_client's multiprocess files
+(:data:`MULTIPROC_ENV`, a fresh directory per ``cfmaps serve`` unless the operator names
+one) and every scrape sums them all: counters and histograms over every process that ran
+(a process that ended keeps its counts), gauges over the processes alive.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +37,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -57,6 +66,40 @@ _BUILD_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
+#: prometheus_client's directory of per-process values; set (by ``cfmaps serve --workers
+#: N``, or by the operator) before the processes import prometheus_client, which reads it
+#: then.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory this process's metrics write to, or None."""
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+def forget_dead_processes(path: str) -> None:
+    """Take the gauges of processes that ended without :meth:`Metrics.close` (killed;
+    uvicorn starts another in their place) out of the live sums in ``path``."""
+    for name in os.listdir(path):
+        if not name.startswith("gauge_live") or not name.endswith(".db"):
+            continue
+        try:
+            pid = int(name[:-3].rsplit("_", 1)[1])
+        except ValueError:
+            continue
+        if not _alive(pid):
+            multiprocess.mark_process_dead(pid, path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
 
 class _ModelsCollector(Collector):
     def __init__(self, counts: Callable[[], dict[str, int]]) -> None:
@@ -74,11 +117,23 @@ class _ModelsCollector(Collector):
 
 
 class Metrics:
-    """The app's metrics and their registry."""
+    """The app's metrics and their registry.
+
+    ``registry`` is what a scrape renders: the metrics themselves, or, in multiprocess mode
+    (:func:`multiprocess_dir`), every process's values read from their files.
+    """
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        own = CollectorRegistry(auto_describe=True)
+        self.multiprocess = multiprocess_dir() is not None
+        path = multiprocess_dir()
+        if path is not None:
+            forget_dead_processes(path)
+            self.registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(self.registry)
+        else:
+            self.registry = own
+        r = own
         self.requests = Counter(
             "cfmaps_http_requests", "HTTP requests", ["method", "route", "status"], registry=r
         )
@@ -90,8 +145,11 @@ class Metrics:
             registry=r,
         )
         self.builds = Counter("cfmaps_builds", "Finished builds", ["outcome"], registry=r)
-        self.builds_running = Gauge("cfmaps_builds_running", "Builds in progress", registry=r)
-        self.builds_queued = Gauge("cfmaps_builds_queued", "Builds waiting", registry=r)
+        # summed over the processes alive (multiprocess mode; ignored otherwise)
+        self.builds_running = Gauge("cfmaps_builds_running", "Builds in progress", registry=r,
+                                    multiprocess_mode="livesum")
+        self.builds_queued = Gauge("cfmaps_builds_queued", "Builds waiting", registry=r,
+                                   multiprocess_mode="livesum")
         self.build_seconds = Histogram(
             "cfmaps_build_duration_seconds",
             "Duration of successful builds",
@@ -114,6 +172,13 @@ class Metrics:
     def render(self) -> bytes:
         """The Prometheus text exposition."""
         return generate_latest(self.registry)
+
+    def close(self) -> None:
+        """At the process's end: in multiprocess mode its gauges leave the sums (its
+        counters stay counted)."""
+        path = multiprocess_dir()
+        if self.multiprocess and path is not None:
+            multiprocess.mark_process_dead(os.getpid(), path)
 
 
 class MetricsMiddleware:

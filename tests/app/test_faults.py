@@ -405,6 +405,35 @@ def _cfmaps_serve(data_dir: Path, log_path: Path, workers: int = 1,
         log_file.close()
 
 
+def _requests_counted(scrape: str, route: str) -> float:
+    """``cfmaps_http_requests_total`` of ``route`` in a scrape, summed over its labels."""
+    total = 0.0
+    for line in scrape.splitlines():
+        if line.startswith("cfmaps_http_requests_total{") and f'route="{route}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_every_scrape_of_a_multi_process_server_counts_every_process(tmp_path: Path) -> None:
+    """``cfmaps serve --workers 2`` answers on one port from two processes, and a scrape
+    reaches one of them. Each counted for itself, so successive scrapes read two partial
+    counts in turn (and Prometheus each drop as a counter reset). They share
+    prometheus_client's multiprocess files now, in a directory of the server's own that
+    goes when it stops."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    with _cfmaps_serve(tmp_path / "data", tmp_path / "server.log", workers=2,
+                       TMPDIR=str(scratch)) as (server, base):
+        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
+        assert len(list(scratch.glob("cfmaps-metrics-*"))) == 1
+        for _ in range(40):  # a connection each, so that both processes answer some
+            assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
+        totals = [_requests_counted(httpx.get(f"{base}/metrics", timeout=10).text, "/healthz")
+                  for _ in range(10)]
+        assert totals == [40.0] * 10
+    assert not list(scratch.glob("cfmaps-metrics-*"))
+
+
 def test_an_api_process_killed_under_load_leaves_the_other_answering(
     rf: Fitted, tmp_path: Path
 ) -> None:

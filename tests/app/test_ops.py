@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from svc_helpers import LOCAL, Fitted, TestClient
 
 from app.main import create_app
+from app.metrics import MULTIPROC_ENV
 from app.registry import Registry
 from app.routes.models import STORAGE_REFUSED
 from app.settings import Settings
@@ -108,6 +112,24 @@ def test_two_apps_in_one_process_have_separate_metrics(tmp_path: Any) -> None:
         line = 'cfmaps_http_requests_total{method="GET",route="/healthz",status="200"}'
         assert f"{line} 2.0" in ca.get("/metrics").text
         assert f"{line} 1.0" in cb.get("/metrics").text
+
+
+def test_a_killed_process_leaves_the_live_gauges_of_shared_metrics(tmp_path: Path) -> None:
+    """``cfmaps serve --workers N`` shares the processes' metrics in files; a process
+    killed mid-build (uvicorn starts another) never takes its running build out of
+    ``cfmaps_builds_running``, so the next process to start does, for every process that
+    is gone. Its counters stay counted. Subprocesses: prometheus_client chooses its value
+    store when imported, by the environment."""
+    env = {**os.environ, MULTIPROC_ENV: str(tmp_path)}
+    killed = ("import os; from app.metrics import Metrics; m = Metrics(); "
+              "m.builds_running.inc(); m.builds.labels('ready').inc(); os._exit(0)")
+    scrape = "import sys; from app.metrics import Metrics; sys.stdout.write(Metrics().render().decode())"
+    subprocess.run([sys.executable, "-c", killed], env=env, check=True)
+    assert any(p.name.startswith("gauge_livesum_") for p in tmp_path.iterdir())
+    text = subprocess.run([sys.executable, "-c", scrape], env=env, check=True,
+                          capture_output=True, text=True).stdout
+    assert "cfmaps_builds_running 0.0" in text.splitlines(), text
+    assert 'cfmaps_builds_total{outcome="ready"} 1.0' in text.splitlines(), text
 
 
 def test_openapi_documents_the_routes(service: Any) -> None:
