@@ -377,7 +377,8 @@ def _shared_metrics() -> Iterator[None]:
     """The N processes' metrics in one directory, so that a scrape reaching any of them
     counts all of them (app.metrics): a fresh one, removed at the end, unless the
     operator named one (then theirs to empty between runs, as prometheus_client asks).
-    The processes are spawned, so they import prometheus_client after this is set."""
+    The processes are spawned, so they import prometheus_client after this is set.
+    Without a writable temp dir each process counts for itself, with a warning."""
     from app.metrics import MULTIPROC_ENV
 
     if os.environ.get(MULTIPROC_ENV):
@@ -385,10 +386,13 @@ def _shared_metrics() -> Iterator[None]:
         return
     try:
         path = tempfile.mkdtemp(prefix="cfmaps-metrics-")
-    except OSError as exc:  # no writable temp dir: one line, not a traceback
-        raise CLIError(f"no directory for the processes' metrics under TMPDIR "
-                       f"({os.environ.get('TMPDIR') or '/tmp'}): {exc.strerror or exc}; set "
-                       f"TMPDIR or {MULTIPROC_ENV} to a writable directory") from None
+    except OSError as exc:  # no writable temp dir: the service runs, as without one (README)
+        logging.getLogger("cfmaps.app").warning(
+            "no writable temp dir for the processes' shared metrics (%s): each process's "
+            "/metrics counts only its own requests; set TMPDIR or %s to a writable "
+            "directory", exc.strerror or exc, MULTIPROC_ENV)
+        yield
+        return
     os.environ[MULTIPROC_ENV] = path
     try:
         yield

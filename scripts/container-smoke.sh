@@ -183,6 +183,17 @@ curl -fsS -H "Authorization: Bearer $api" -H 'Content-Type: application/json' \
     "$base/v1/models/$id/counterfactuals" >/dev/null || fail "no answer after a worker died"
 echo "still answering"
 
+step "every scrape of /metrics counts every worker, the killed one included"
+# two counterfactuals answered so far, by either worker; each scrape reaches one of them
+totals=$(for _ in 1 2 3 4 5 6; do
+    curl -fsS "$base/metrics" | python3 -c "import sys; print(sum(float(l.rsplit(' ', 1)[1]) \
+for l in sys.stdin if l.startswith('cfmaps_counterfactuals_total ')))"
+done | sort -u)
+[ "$(printf '%s\n' "$totals" | wc -l)" = 1 ] || fail "scrapes disagree: $(echo $totals)"
+python3 -c "import sys; assert float(sys.argv[1]) >= 2" "$totals" \
+    || fail "cfmaps_counterfactuals_total $totals, 2 answered"
+echo "cfmaps_counterfactuals_total $totals in every scrape"
+
 step "healthcheck and restart"
 if [ "$(basename "$engine")" = podman ]; then
     "$engine" healthcheck run "$name" && echo "healthcheck: healthy"
