@@ -367,38 +367,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # N processes, each an app over the shared data dir (see app.registry.Registry.sync);
         # each configures its own logging (create_app reads this variable).
         os.environ[WORKER_LOG_ENV] = args.log_level
-        with _shared_metrics():
+        with _shared_state():
             uvicorn.run("app.cli:worker_app", factory=True, workers=workers, **common)
     return 0
 
 
 @contextmanager
-def _shared_metrics() -> Iterator[None]:
-    """The N processes' metrics in one directory, so that a scrape reaching any of them
-    counts all of them (app.metrics): a fresh one, removed at the end, unless the
-    operator named one (then theirs to empty between runs, as prometheus_client asks).
-    The processes are spawned, so they import prometheus_client after this is set.
-    Without a writable temp dir each process counts for itself, with a warning."""
+def _shared_state() -> Iterator[None]:
+    """What the N processes share beyond the data dir, in a directory of this run that
+    goes at the end: their metrics (app.metrics), so that a scrape reaching any of them
+    counts all of them (unless the operator named a ``PROMETHEUS_MULTIPROC_DIR``, then
+    theirs to empty between runs, as prometheus_client asks), and the rate limit's
+    buckets (app.ratelimit), so that the limit holds across them. The processes are
+    spawned, so they read these variables when they import the modules. Without a
+    writable temp dir each process counts and limits for itself, with a warning."""
     from app.metrics import MULTIPROC_ENV
+    from app.ratelimit import SHARED_ENV
 
-    if os.environ.get(MULTIPROC_ENV):
-        yield
-        return
     try:
-        path = tempfile.mkdtemp(prefix="cfmaps-metrics-")
+        run = tempfile.mkdtemp(prefix="cfmaps-serve-")
+        shared = {SHARED_ENV: run}
+        if not os.environ.get(MULTIPROC_ENV):
+            shared[MULTIPROC_ENV] = os.path.join(run, "metrics")
+            os.mkdir(shared[MULTIPROC_ENV])
     except OSError as exc:  # no writable temp dir: the service runs, as without one (README)
         logging.getLogger("cfmaps.app").warning(
-            "no writable temp dir for the processes' shared metrics (%s): each process's "
-            "/metrics counts only its own requests; set TMPDIR or %s to a writable "
-            "directory", exc.strerror or exc, MULTIPROC_ENV)
+            "no writable temp dir for what the processes share (%s): each process's "
+            "/metrics counts only its own requests, and a rate limit holds per process; "
+            "set TMPDIR to a writable directory", exc.strerror or exc)
         yield
         return
-    os.environ[MULTIPROC_ENV] = path
+    os.environ.update(shared)
     try:
         yield
     finally:
-        os.environ.pop(MULTIPROC_ENV, None)
-        shutil.rmtree(path, ignore_errors=True)
+        for name in shared:
+            os.environ.pop(name, None)
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def _clean_up_after_sigterm() -> None:

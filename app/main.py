@@ -36,7 +36,7 @@ from .dataplane import default_map_size
 from .errors import ForbiddenError, UnauthorizedError, error_body
 from .metrics import Metrics, MetricsMiddleware
 from .observability import WORKER_LOG_ENV, RequestIdMiddleware, configure_logging
-from .ratelimit import RateLimiter
+from .ratelimit import SHARED_ENV, RateLimiter
 from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
@@ -545,7 +545,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.builds = builds
     app.state.metrics = metrics
     app.state.limiter = (
-        RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+        RateLimiter(settings.rate_limit_per_minute, shared=os.environ.get(SHARED_ENV) or None)
+        if settings.rate_limit_per_minute else None
     )
     errors.install(app)
     # A builder serves the probes and metrics only. The routes of models and queries take

@@ -10,29 +10,152 @@ then), else its address. Each client has a token bucket that holds a minute's al
 and refills continuously; a request costs one per answer it asks for (instances times
 ``k`` for counterfactuals, instances for predictions, one per 1,024 pixels for a map
 picture), so batches and pictures cannot get around it.
-The buckets live in the process: with ``cfmaps serve --workers N`` each process keeps its
-own, so a client may get up to N times the limit (requests spread over the processes).
+The buckets live in the process, or, under ``cfmaps serve --workers N``, in a file every
+process maps (:class:`SharedBuckets`, in the directory :data:`SHARED_ENV` names): each
+process kept its own before, so a client spreading its requests got up to N times the
+limit.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import math
+import mmap
+import os
+import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from .errors import RateLimitedError
 
 # Buckets kept before full (idle) ones are dropped: bounds the memory an address scan costs.
 _MAX_CLIENTS = 10_000
 
+#: The directory, made by ``cfmaps serve --workers N`` for its processes, that holds the
+#: shared buckets' file (a leading underscore: no setting of the service).
+SHARED_ENV = "_CFMAPS_SHARED_DIR"
+
 
 @dataclass
 class _Bucket:
     level: float
     stamp: float
+
+
+class _Buckets(Protocol):
+    def open(self, key: str, now: float, create: bool) -> AbstractContextManager[_Bucket | None]:
+        ...
+
+
+class LocalBuckets:
+    """The buckets of one process, in a dict."""
+
+    def __init__(self, capacity: float, rate: float) -> None:
+        self.capacity = capacity
+        self.rate = rate
+        self._buckets: dict[str, _Bucket] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def open(self, key: str, now: float, create: bool) -> Iterator[_Bucket | None]:
+        """The bucket of ``key`` (a full new one when it has none and ``create``, else
+        None), to read and change while no other request does."""
+        with self._lock:
+            b = self._buckets.get(key)
+            if b is None and create:
+                if len(self._buckets) >= _MAX_CLIENTS:
+                    self._drop_idle(now)
+                b = self._buckets[key] = _Bucket(self.capacity, now)
+            yield b
+
+    def _drop_idle(self, now: float) -> None:
+        for k in [k for k, b in self._buckets.items()
+                  if b.level + (now - b.stamp) * self.rate >= self.capacity]:
+            del self._buckets[k]
+
+
+# A slot of the shared file: the key's hash (0: empty), the level and its time stamp.
+_SLOT = struct.Struct("<Qdd")
+_SLOTS = 16_384  # 384 KiB
+_PROBES = 32  # slots looked at per key (open addressing)
+
+
+class SharedBuckets:
+    """The buckets of every process of one ``cfmaps serve``, in a file they all map.
+
+    Each update holds an exclusive ``flock`` on the file (and a lock among the process's
+    own threads, which share its open file): a few microseconds a request. Clients are
+    slots found by their key's hash; when all the slots a key may take are held by other
+    clients, the one whose bucket is fullest (idle longest) gives its slot up, as the
+    in-process buckets drop idle ones. ``time.monotonic`` is the system's clock, the same
+    in every process.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], capacity: float, rate: float) -> None:
+        self.capacity = capacity
+        self.rate = rate
+        size = _SLOTS * _SLOT.size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size < size:  # the first process; zeros are empty slots
+                os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _hash(key: str) -> int:
+        return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") or 1
+
+    def _slot(self, h: int, now: float, create: bool) -> int | None:
+        empty = victim = -1
+        fullest = -math.inf
+        for i in range(_PROBES):
+            s = (h + i) % _SLOTS
+            held, level, stamp = _SLOT.unpack_from(self._map, s * _SLOT.size)
+            if held == h:
+                return s
+            if held == 0:
+                if empty < 0:
+                    empty = s
+            elif level + max(0.0, now - stamp) * self.rate > fullest:
+                fullest = level + max(0.0, now - stamp) * self.rate
+                victim = s
+        if not create:
+            return None
+        return empty if empty >= 0 else victim
+
+    @contextmanager
+    def open(self, key: str, now: float, create: bool) -> Iterator[_Bucket | None]:
+        """As :meth:`LocalBuckets.open`; the bucket is written back when the block ends
+        without an exception."""
+        h = self._hash(key)
+        with self._lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                s = self._slot(h, now, create)
+                if s is None:
+                    yield None
+                    return
+                held, level, stamp = _SLOT.unpack_from(self._map, s * _SLOT.size)
+                b = _Bucket(level, stamp) if held == h else _Bucket(self.capacity, now)
+                yield b
+                _SLOT.pack_into(self._map, s * _SLOT.size, h, b.level, b.stamp)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self._fd)
 
 
 class RateLimiter:
@@ -44,14 +167,20 @@ class RateLimiter:
         Answers a client may ask for per minute (also the largest burst).
     clock : callable, optional
         Seconds, monotonic (tests pass a fake one).
+    shared : path-like, optional
+        A directory shared with the other processes of one ``cfmaps serve``: the buckets
+        are then in its file ``ratelimit.buckets`` (:class:`SharedBuckets`), so that the
+        limit holds across them; else in this process.
     """
 
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic,
+                 shared: str | os.PathLike[str] | None = None) -> None:
         self.capacity = float(per_minute)
         self.rate = per_minute / 60.0
         self._clock = clock
-        self._buckets: dict[str, _Bucket] = {}
-        self._lock = threading.Lock()
+        self._buckets: _Buckets = (
+            LocalBuckets(self.capacity, self.rate) if shared is None
+            else SharedBuckets(Path(shared) / "ratelimit.buckets", self.capacity, self.rate))
 
     @staticmethod
     def client_key(token: str | None, address: str | None) -> str:
@@ -72,13 +201,11 @@ class RateLimiter:
             When the bucket holds less (nothing is taken then), with ``Retry-After``.
         """
         now = self._clock()
-        with self._lock:
-            b = self._buckets.get(key)
-            if b is None:
-                if len(self._buckets) >= _MAX_CLIENTS:
-                    self._drop_idle(now)
-                b = self._buckets[key] = _Bucket(self.capacity, now)
-            b.level = min(self.capacity, b.level + (now - b.stamp) * self.rate)
+        with self._buckets.open(key, now, create=True) as b:
+            assert b is not None
+            # max(0, ...): a stamp ahead of the clock (a shared file kept over a reboot)
+            # refills nothing
+            b.level = min(self.capacity, b.level + max(0.0, now - b.stamp) * self.rate)
             b.stamp = now
             if cost <= b.level:
                 b.level -= cost
@@ -102,12 +229,6 @@ class RateLimiter:
     def refund(self, key: str, cost: int) -> None:
         """Give back ``cost`` taken by :meth:`charge` for a request refused as bad input
         (which costs the client nothing, as on the routes that validate before charging)."""
-        with self._lock:
-            b = self._buckets.get(key)
+        with self._buckets.open(key, self._clock(), create=False) as b:
             if b is not None:
                 b.level = min(self.capacity, b.level + cost)
-
-    def _drop_idle(self, now: float) -> None:
-        for k in [k for k, b in self._buckets.items()
-                  if b.level + (now - b.stamp) * self.rate >= self.capacity]:
-            del self._buckets[k]

@@ -425,13 +425,41 @@ def test_every_scrape_of_a_multi_process_server_counts_every_process(tmp_path: P
     with _cfmaps_serve(tmp_path / "data", tmp_path / "server.log", workers=2,
                        TMPDIR=str(scratch)) as (server, base):
         wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
-        assert len(list(scratch.glob("cfmaps-metrics-*"))) == 1
+        assert len(list(scratch.glob("cfmaps-serve-*"))) == 1
         for _ in range(40):  # a connection each, so that both processes answer some
             assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
         totals = [_requests_counted(httpx.get(f"{base}/metrics", timeout=10).text, "/healthz")
                   for _ in range(10)]
         assert totals == [40.0] * 10
-    assert not list(scratch.glob("cfmaps-metrics-*"))
+    assert not list(scratch.glob("cfmaps-serve-*"))
+
+
+def test_a_rate_limit_holds_across_the_processes_of_one_server(rf: Fitted, tmp_path: Path) -> None:
+    """``cfmaps serve --workers 2`` with a limit of 10 answers a minute: each process kept
+    buckets of its own, so a client whose requests the kernel spread over both got about
+    20. The processes share the buckets' file now."""
+    log_path = tmp_path / "server.log"
+    with _cfmaps_serve(tmp_path / "data", log_path, workers=2,
+                       CFMAPS_RATE_LIMIT_PER_MINUTE="10") as (server, base):
+        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
+        with httpx.Client(base_url=base, timeout=30) as http:
+            r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
+            assert r.status_code == 202, (r.text, log_path.read_text())
+            model_id = r.json()["id"]
+            assert _wait_http_ready(http, model_id)["status"] == "ready"
+        # both processes serve it (model reads cost nothing), a connection per request
+        wait_until(lambda: all(
+            httpx.get(f"{base}/v1/models/{model_id}", timeout=10).json()["status"] == "ready"
+            for _ in range(6)
+        ), timeout=30)
+        url = f"{base}/v1/models/{model_id}/predict"
+        t0 = time.monotonic()
+        codes = [httpx.post(url, json={"instance": rf.X[0].tolist()}, timeout=30).status_code
+                 for _ in range(24)]
+        elapsed = time.monotonic() - t0
+    assert set(codes) <= {200, 429}, codes
+    # the minute's 10, and one more per 6 s the requests took (the bucket refills)
+    assert 10 <= codes.count(200) <= 10 + int(elapsed / 6), (codes, elapsed)
 
 
 def test_an_api_process_killed_under_load_leaves_the_other_answering(

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from svc_helpers import Fitted
 
 from app.errors import RateLimitedError
-from app.ratelimit import RateLimiter
+from app.ratelimit import RateLimiter, SharedBuckets
 
 A = {"Authorization": "Bearer tok-a"}
 B = {"Authorization": "Bearer tok-b"}
 
 
-def test_buckets_refill_with_time_and_are_per_client() -> None:
+@pytest.mark.parametrize("where", ["process", "shared"])
+def test_buckets_refill_with_time_and_are_per_client(where: str, tmp_path: Path) -> None:
     now = [0.0]
-    lim = RateLimiter(60, clock=lambda: now[0])  # one per second, bursts of 60
+    # one per second, bursts of 60
+    lim = RateLimiter(60, clock=lambda: now[0], shared=tmp_path if where == "shared" else None)
     lim.charge("a", 60)
     with pytest.raises(RateLimitedError) as err:
         lim.charge("a", 1)
@@ -36,6 +40,65 @@ def test_buckets_refill_with_time_and_are_per_client() -> None:
     assert "split it" in err.value.message and err.value.field == "instances"
     assert RateLimiter.client_key("t", "1.2.3.4") != RateLimiter.client_key("u", "1.2.3.4")
     assert "t" not in RateLimiter.client_key("t", None)[6:]  # the token is hashed
+
+
+def test_processes_sharing_the_buckets_share_the_limit(tmp_path: Path) -> None:
+    """``cfmaps serve --workers N``: each process had buckets of its own, so a client
+    spreading its requests got N times the limit. Two limiters over one file (as two
+    processes: each opens and locks it on its own), eight threads each, 1,000 answers
+    asked one at a time: exactly the limit is granted, no update lost."""
+    now = [0.0]
+    limiters = [RateLimiter(300, clock=lambda: now[0], shared=tmp_path) for _ in range(2)]
+    granted = []
+
+    def ask(lim: RateLimiter) -> None:
+        n = 0
+        for _ in range(125):
+            try:
+                lim.charge("k", 1)
+                n += 1
+            except RateLimitedError:
+                pass
+        granted.append(n)
+
+    threads = [threading.Thread(target=ask, args=(limiters[i % 2],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(granted) == 300
+    now[0] = 30.0  # half a minute refills half
+    limiters[1].charge("k", 150)
+    with pytest.raises(RateLimitedError):
+        limiters[0].charge("k", 1)
+    limiters[0].refund("k", 5)  # given back in one process, there for the other
+    limiters[1].charge("k", 5)
+
+
+def test_shared_buckets_give_up_the_fullest_slot_when_full(tmp_path: Path) -> None:
+    """More clients on a key's slots than there are: the fullest bucket's slot goes to
+    the new client (as the dict drops idle buckets first), never a spent one's, which
+    would hand its client a full bucket again."""
+    from app import ratelimit
+
+    now = [0.0]
+    lim = RateLimiter(60, clock=lambda: now[0], shared=tmp_path)
+    home = SharedBuckets._hash("spent") % ratelimit._SLOTS
+    rivals = []  # keys whose slots start where "spent"'s do: they share its window
+    n = 0
+    while len(rivals) < ratelimit._PROBES:
+        key = f"c{n}"
+        n += 1
+        if SharedBuckets._hash(key) % ratelimit._SLOTS == home:
+            rivals.append(key)
+    lim.charge("spent", 60)
+    for key in rivals[:-1]:  # the window is full: "spent" and 31 buckets of 59
+        lim.charge(key, 1)
+    lim.charge(rivals[-1], 60)  # takes a slot: the fullest, not the spent one
+    with pytest.raises(RateLimitedError):
+        lim.charge("spent", 1)
+    with pytest.raises(RateLimitedError):
+        lim.charge(rivals[-1], 1)
 
 
 def test_the_query_routes_answer_429_per_token(service_factory: Any, rf: Fitted) -> None:
