@@ -434,6 +434,25 @@ def test_every_scrape_of_a_multi_process_server_counts_every_process(tmp_path: P
     assert not list(scratch.glob("cfmaps-serve-*"))
 
 
+def _ready_in_both_processes(server: subprocess.Popen[bytes], base: str, rf: Fitted,
+                             log_path: Path) -> str:
+    """Upload ``rf`` to a two-process ``cfmaps serve`` and wait until both processes serve
+    it: the id. Built in one process; the other catches up on the first request it gets
+    for the model. A new connection per request, so that both processes are asked (one
+    kept-alive connection stays with one of them)."""
+    wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
+    with httpx.Client(base_url=base, timeout=30) as http:
+        r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
+        assert r.status_code == 202, (r.text, log_path.read_text())
+        model_id: str = r.json()["id"]
+        assert _wait_http_ready(http, model_id)["status"] == "ready"
+    wait_until(lambda: all(
+        httpx.get(f"{base}/v1/models/{model_id}", timeout=10).json()["status"] == "ready"
+        for _ in range(6)
+    ), timeout=30)
+    return model_id
+
+
 def test_a_rate_limit_holds_across_the_processes_of_one_server(rf: Fitted, tmp_path: Path) -> None:
     """``cfmaps serve --workers 2`` with a limit of 10 answers a minute: each process kept
     buckets of its own, so a client whose requests the kernel spread over both got about
@@ -441,17 +460,7 @@ def test_a_rate_limit_holds_across_the_processes_of_one_server(rf: Fitted, tmp_p
     log_path = tmp_path / "server.log"
     with _cfmaps_serve(tmp_path / "data", log_path, workers=2,
                        CFMAPS_RATE_LIMIT_PER_MINUTE="10") as (server, base):
-        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
-        with httpx.Client(base_url=base, timeout=30) as http:
-            r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
-            assert r.status_code == 202, (r.text, log_path.read_text())
-            model_id = r.json()["id"]
-            assert _wait_http_ready(http, model_id)["status"] == "ready"
-        # both processes serve it (model reads cost nothing), a connection per request
-        wait_until(lambda: all(
-            httpx.get(f"{base}/v1/models/{model_id}", timeout=10).json()["status"] == "ready"
-            for _ in range(6)
-        ), timeout=30)
+        model_id = _ready_in_both_processes(server, base, rf, log_path)
         url = f"{base}/v1/models/{model_id}/predict"
         t0 = time.monotonic()
         codes = [httpx.post(url, json={"instance": rf.X[0].tolist()}, timeout=30).status_code
@@ -468,21 +477,9 @@ def test_an_api_process_killed_under_load_leaves_the_other_answering(
     log_path = tmp_path / "server.log"
     with _cfmaps_serve(tmp_path / "data", log_path, workers=2,
                        CFMAPS_SYNC_INTERVAL_SECONDS="0.2") as (server, base):
-        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
+        model_id = _ready_in_both_processes(server, base, rf, log_path)
         workers = _children(server.pid)
         assert len(workers) == 2
-        with httpx.Client(base_url=base, timeout=30) as http:
-            r = http.post("/v1/models", files={"model": ("rf.skops", rf.skops)})
-            assert r.status_code == 202, (r.text, log_path.read_text())
-            model_id = r.json()["id"]
-            assert _wait_http_ready(http, model_id)["status"] == "ready"
-            # Built in one process; the other catches up on the first request it gets for
-            # the model. A new connection per request, so that both processes are asked
-            # (one kept-alive connection stays with one of them).
-            wait_until(lambda: all(
-                httpx.get(f"{base}/v1/models/{model_id}", timeout=10).json()["status"] == "ready"
-                for _ in range(6)
-            ), timeout=30)
         url = f"{base}/v1/models/{model_id}/counterfactuals"
         body = {"instance": rf.X[0].tolist()}
         log: list[tuple[float, str]] = []
