@@ -360,6 +360,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # event loop when installed (uvicorn's default "auto" picks it)
         "http": PROTOCOL,
     }
+    _check_metrics_dir()
     if workers == 1:
         _clean_up_after_sigterm()
         uvicorn.run(create_app(settings), **common)
@@ -370,6 +371,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         with _shared_state():
             uvicorn.run("app.cli:worker_app", factory=True, workers=workers, **common)
     return 0
+
+
+def _check_metrics_dir() -> None:
+    """A ``PROMETHEUS_MULTIPROC_DIR`` the operator set must be a writable directory: every
+    process would fail at its first metric otherwise, with a traceback each."""
+    from app.metrics import MULTIPROC_ENV
+
+    named = os.environ.get(MULTIPROC_ENV)
+    if named and not (os.path.isdir(named) and os.access(named, os.W_OK | os.X_OK)):
+        raise CLIError(f"{MULTIPROC_ENV}={named}: not a writable directory")
 
 
 @contextmanager

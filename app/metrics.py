@@ -125,10 +125,9 @@ class Metrics:
 
     def __init__(self) -> None:
         own = CollectorRegistry(auto_describe=True)
-        self.multiprocess = multiprocess_dir() is not None
-        path = multiprocess_dir()
-        if path is not None:
-            forget_dead_processes(path)
+        self._dir = multiprocess_dir()
+        if self._dir is not None:
+            forget_dead_processes(self._dir)
             self.registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(self.registry)
         else:
@@ -176,9 +175,8 @@ class Metrics:
     def close(self) -> None:
         """At the process's end: in multiprocess mode its gauges leave the sums (its
         counters stay counted)."""
-        path = multiprocess_dir()
-        if self.multiprocess and path is not None:
-            multiprocess.mark_process_dead(os.getpid(), path)
+        if self._dir is not None:
+            multiprocess.mark_process_dead(os.getpid(), self._dir)
 
 
 class MetricsMiddleware:

@@ -583,6 +583,20 @@ def test_a_worker_count_past_its_bound_is_one_error_line(
     assert (code, err) == (1, "cfmaps: error: --workers must be between 1 and 64\n")
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_metrics_directory_that_cannot_be_written_is_one_error_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    workers: str
+) -> None:
+    """An operator's PROMETHEUS_MULTIPROC_DIR that is no directory: every process failed
+    at its first metric, a traceback each."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "absent"))
+    code, _, err = _run(capsys, "serve", "--port", "1", "--data-dir", str(tmp_path / "data"),
+                        "--workers", workers)
+    assert (code, err) == (1, f"cfmaps: error: PROMETHEUS_MULTIPROC_DIR={tmp_path / 'absent'}:"
+                              " not a writable directory\n")
+
+
 def test_serve_names_a_bad_log_level(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
