@@ -368,7 +368,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # N processes, each an app over the shared data dir (see app.registry.Registry.sync);
         # each configures its own logging (create_app reads this variable).
         os.environ[WORKER_LOG_ENV] = args.log_level
-        with _shared_state():
+        with _shared_state(workers):
             uvicorn.run("app.cli:worker_app", factory=True, workers=workers, **common)
     return 0
 
@@ -384,28 +384,31 @@ def _check_metrics_dir() -> None:
 
 
 @contextmanager
-def _shared_state() -> Iterator[None]:
+def _shared_state(workers: int) -> Iterator[None]:
     """What the N processes share beyond the data dir, in a directory of this run that
     goes at the end: their metrics (app.metrics), so that a scrape reaching any of them
     counts all of them (unless the operator named a ``PROMETHEUS_MULTIPROC_DIR``, then
-    theirs to empty between runs, as prometheus_client asks), and the rate limit's
-    buckets (app.ratelimit), so that the limit holds across them. The processes are
-    spawned, so they read these variables when they import the modules. Without a
-    writable temp dir each process counts and limits for itself, with a warning."""
+    theirs to empty between runs, as prometheus_client asks), the rate limit's buckets
+    (app.ratelimit), so that the limit holds across them, and which of the ``workers``
+    processes have loaded (app.siblings), so that each is ready only when all are. The
+    processes are spawned, so they read these variables when they import the modules.
+    Without a writable temp dir each process counts, limits and is ready for itself,
+    with a warning."""
     from app.metrics import MULTIPROC_ENV
-    from app.ratelimit import SHARED_ENV
+    from app.siblings import PROCESSES_ENV, SHARED_ENV
 
     try:
         run = tempfile.mkdtemp(prefix="cfmaps-serve-")
-        shared = {SHARED_ENV: run}
+        shared = {SHARED_ENV: run, PROCESSES_ENV: str(workers)}
         if not os.environ.get(MULTIPROC_ENV):
             shared[MULTIPROC_ENV] = os.path.join(run, "metrics")
             os.mkdir(shared[MULTIPROC_ENV])
     except OSError as exc:  # no writable temp dir: the service runs, as without one (README)
         logging.getLogger("cfmaps.app").warning(
             "no writable temp dir for what the processes share (%s): each process's "
-            "/metrics counts only its own requests, and a rate limit holds per process; "
-            "set TMPDIR to a writable directory", exc.strerror or exc)
+            "/metrics counts only its own requests, a rate limit holds per process and "
+            "/readyz answers for one process; set TMPDIR to a writable directory",
+            exc.strerror or exc)
         yield
         return
     os.environ.update(shared)

@@ -36,7 +36,7 @@ from .dataplane import default_map_size
 from .errors import ForbiddenError, UnauthorizedError, error_body
 from .metrics import Metrics, MetricsMiddleware
 from .observability import WORKER_LOG_ENV, RequestIdMiddleware, configure_logging
-from .ratelimit import SHARED_ENV, RateLimiter
+from .ratelimit import RateLimiter
 from .registry import Registry
 from .responses import SafeJSONResponse
 from .routes import counterfactuals, health, models, ui
@@ -44,6 +44,7 @@ from .routes.lean import LeanDispatch
 from .schemas import NORM_DEFAULT_WORDS, ON_BUDGET_DEFAULT_WORDS
 from .security import CREDENTIAL_CHECKS, require_admin
 from .settings import Settings
+from .siblings import Siblings
 
 log = logging.getLogger("cfmaps.app")
 
@@ -439,7 +440,8 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def _load_pending(registry: Registry, freeze: bool, warm: bool) -> None:
+def _load_pending(registry: Registry, freeze: bool, warm: bool,
+                  siblings: Siblings | None) -> None:
     if warm:
         # before readiness: a new process compiles the query kernels here (or loads
         # numba's cache, about a second), not in its first request. A failure (no writable
@@ -452,6 +454,8 @@ def _load_pending(registry: Registry, freeze: bool, warm: bool) -> None:
     registry.load_pending()
     if freeze:
         _freeze_heap()  # the loaded models too
+    if siblings is not None:
+        siblings.mark_ready()
 
 
 def raise_open_files_limit() -> int | None:
@@ -502,6 +506,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.role != "api":  # queued models no process builds, interrupted builds,
         registry.on_requeue = builds.submit  # outdated maps: built here
     metrics.watch_models(registry.counts)
+    siblings = Siblings.from_env()  # the other processes of cfmaps serve --workers N
 
     # Models fitted on DataFrames warn on every numpy predict call; the service always
     # passes arrays in schema order, so the warning is noise.
@@ -514,7 +519,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             _freeze_heap()
         warm = settings.warm_up and settings.role != "builder"
         loader = threading.Thread(target=_load_pending,
-                                  args=(registry, settings.gc_freeze, warm),
+                                  args=(registry, settings.gc_freeze, warm, siblings),
                                   name="cfmaps-load", daemon=True)
         loader.start()
         stop = threading.Event()
@@ -529,6 +534,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             builds.shutdown()
             discard_scratch()  # a warm-up still under way: the process ends without it
             metrics.close()
+            if siblings is not None:
+                siblings.unmark()
 
     app = FastAPI(
         title="cfmaps",
@@ -544,8 +551,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry = registry
     app.state.builds = builds
     app.state.metrics = metrics
+    app.state.siblings = siblings
     app.state.limiter = (
-        RateLimiter(settings.rate_limit_per_minute, shared=os.environ.get(SHARED_ENV) or None)
+        RateLimiter(settings.rate_limit_per_minute,
+                    shared=None if siblings is None else siblings.dir.parent)
         if settings.rate_limit_per_minute else None
     )
     errors.install(app)

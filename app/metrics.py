@@ -43,6 +43,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .siblings import pid_alive
+
 # Counterfactual queries take well under a millisecond to tens of milliseconds; builds seconds
 # to minutes.
 _LATENCY_BUCKETS = (
@@ -87,18 +89,9 @@ def forget_dead_processes(path: str) -> None:
             pid = int(name[:-3].rsplit("_", 1)[1])
         except ValueError:
             continue
-        if not _alive(pid):
+        if not pid_alive(pid):
             multiprocess.mark_process_dead(pid, path)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class _ModelsCollector(Collector):

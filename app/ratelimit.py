@@ -11,7 +11,7 @@ and refills continuously; a request costs one per answer it asks for (instances 
 ``k`` for counterfactuals, instances for predictions, one per 1,024 pixels for a map
 picture), so batches and pictures cannot get around it.
 The buckets live in the process, or, under ``cfmaps serve --workers N``, in a file every
-process maps (:class:`SharedBuckets`, in the directory :data:`SHARED_ENV` names): each
+process maps (:class:`SharedBuckets`, in the run directory of :mod:`app.siblings`): each
 process kept its own before, so a client spreading its requests got up to N times the
 limit.
 """
@@ -36,11 +36,6 @@ from .errors import RateLimitedError
 
 # Buckets kept before full (idle) ones are dropped: bounds the memory an address scan costs.
 _MAX_CLIENTS = 10_000
-
-#: The directory, made by ``cfmaps serve --workers N`` for its processes, that holds the
-#: shared buckets' file (a leading underscore: no setting of the service).
-SHARED_ENV = "_CFMAPS_SHARED_DIR"
-
 
 @dataclass
 class _Bucket:

@@ -520,8 +520,9 @@ class ModelList(BaseModel):
 
 
 class ReadinessOut(BaseModel):
-    """``/readyz``: ``ready`` (200) once the persisted models are loaded, ``loading`` (503)
-    before; ``models`` counts them by status."""
+    """``/readyz``: ``ready`` (200) once the persisted models are loaded (by every
+    process of ``cfmaps serve --workers N``), ``loading`` (503) before; ``models`` counts
+    them by status."""
 
     status: Literal["loading", "ready"]
     models: dict[str, int] = Field(description="How many models there are, by status.")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
 from ..metrics import CONTENT_TYPE
+from ..registry import Registry
 from ..responses import SafeJSONResponse as JSONResponse
 from ..schemas import ErrorResponse, ModelReadyOut, ReadinessOut, ServerReadyOut
+from ..siblings import Siblings
 from .deps import MODEL_ID_DOC, MetricsDep, RegistryDep, model_entry
 
 ModelId = Annotated[str, Path(description=MODEL_ID_DOC)]
@@ -23,6 +25,12 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
+def _ready(request: Request, registry: Registry) -> bool:
+    """This process has loaded, and so have its siblings when it has any."""
+    siblings: Siblings | None = request.app.state.siblings
+    return registry.all_loaded() and (siblings is None or siblings.all_ready())
+
+
 def _loading(body: type[Any]) -> dict[int | str, dict[str, Any]]:
     return {503: {"model": body,
                   "description": "Still loading the persisted models (`Retry-After: 1`)"}}
@@ -30,8 +38,9 @@ def _loading(body: type[Any]) -> dict[int | str, dict[str, Any]]:
 
 @router.get("/readyz", summary="Readiness: every persisted ready model has been loaded",
             response_model=ReadinessOut, responses=_loading(ReadinessOut))
-async def readyz(registry: RegistryDep) -> JSONResponse:
-    """200 once the start-up load of the persisted models has finished, 503 before.
+async def readyz(request: Request, registry: RegistryDep) -> JSONResponse:
+    """200 once the start-up load of the persisted models has finished, 503 before. Under
+    ``cfmaps serve --workers N``, once every one of the N processes has (:mod:`app.siblings`).
 
     A model whose files fail to load does not hold readiness back forever (it would take
     every other model out of service with it): it is reported ``failed`` by
@@ -39,7 +48,7 @@ async def readyz(registry: RegistryDep) -> JSONResponse:
     """
     counts = registry.counts()
     body = {"models": counts}
-    if not registry.all_loaded():
+    if not _ready(request, registry):
         return JSONResponse(
             {"status": "loading", **body}, status_code=503, headers={"Retry-After": "1"}
         )
@@ -59,10 +68,10 @@ async def v2_live() -> dict[str, bool]:
 
 @router.get("/v2/health/ready", summary="Open Inference Protocol: server ready",
             response_model=ServerReadyOut, responses=_loading(ServerReadyOut))
-async def v2_ready(registry: RegistryDep) -> JSONResponse:
+async def v2_ready(request: Request, registry: RegistryDep) -> JSONResponse:
     """200 ``{"ready": true}`` once the persisted models are loaded (as ``/readyz``), 503
     ``{"ready": false}`` before."""
-    if not registry.all_loaded():
+    if not _ready(request, registry):
         return JSONResponse({"ready": False}, status_code=503, headers={"Retry-After": "1"})
     return JSONResponse({"ready": True})
 

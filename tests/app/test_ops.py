@@ -19,6 +19,7 @@ from app.metrics import MULTIPROC_ENV
 from app.registry import Registry
 from app.routes.models import STORAGE_REFUSED
 from app.settings import Settings
+from app.siblings import PROCESSES_ENV, SHARED_ENV, Siblings
 
 
 def test_healthz(service: Any) -> None:
@@ -59,6 +60,45 @@ def test_readyz_waits_for_the_startup_load(
         assert c.get("/readyz").json()["models"]["ready"] == 1
         r = c.post(f"/v1/models/{model_id}/counterfactuals", json={"instance": rf.X[0].tolist()})
         assert r.status_code == 200
+
+
+def test_a_process_of_a_multi_process_server_is_ready_once_all_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cfmaps serve --workers 2``: a probe reaches one process, and each was ready for
+    itself, so the first to load put the server in service while the other answered
+    409 ``loading``. Each is ready now once both have loaded, live ones only."""
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setenv(SHARED_ENV, str(run))
+    monkeypatch.setenv(PROCESSES_ENV, "2")
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        app = create_app(Settings(data_dir=tmp_path / "data"))
+        with TestClient(app, client=LOCAL) as c:
+            mine = run / "ready" / str(os.getpid())
+            for _ in range(3000):  # this process's start-up load
+                if mine.exists():
+                    break
+                threading.Event().wait(0.01)
+            assert mine.exists()
+            r = c.get("/readyz")
+            assert (r.status_code, r.json()["status"]) == (503, "loading")
+            assert c.get("/v2/health/ready").json() == {"ready": False}
+            (run / "ready" / str(sibling.pid)).touch()  # the other process has loaded
+            assert c.get("/readyz").status_code == 200
+            assert c.get("/v2/health/ready").json() == {"ready": True}
+            sibling.kill()  # uvicorn starts another, not loaded yet
+            sibling.wait()
+            assert c.get("/readyz").status_code == 503
+        assert not mine.exists()  # gone with the process's shutdown
+    finally:
+        sibling.kill()
+        sibling.wait()
+    # without the variables (one process), ready for itself, as before
+    assert Siblings.from_env() is not None
+    monkeypatch.delenv(PROCESSES_ENV)
+    assert Siblings.from_env() is None
 
 
 def test_metrics(rf_service: Any, rf: Fitted) -> None:
