@@ -37,6 +37,7 @@ from .errors import RateLimitedError
 # Buckets kept before full (idle) ones are dropped: bounds the memory an address scan costs.
 _MAX_CLIENTS = 10_000
 
+
 @dataclass
 class _Bucket:
     level: float
@@ -44,6 +45,8 @@ class _Bucket:
 
 
 class _Buckets(Protocol):
+    """Where the buckets are kept: :class:`LocalBuckets` or :class:`SharedBuckets`."""
+
     def open(self, key: str, now: float, create: bool) -> AbstractContextManager[_Bucket | None]:
         ...
 
