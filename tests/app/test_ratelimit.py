@@ -75,30 +75,49 @@ def test_processes_sharing_the_buckets_share_the_limit(tmp_path: Path) -> None:
     limiters[1].charge("k", 5)
 
 
-def test_shared_buckets_give_up_the_fullest_slot_when_full(tmp_path: Path) -> None:
-    """More clients on a key's slots than there are: the fullest bucket's slot goes to
-    the new client (as the dict drops idle buckets first), never a spent one's, which
-    would hand its client a full bucket again."""
+def test_shared_buckets_push_out_the_fullest_and_refill_nobody(tmp_path: Path) -> None:
+    """More clients on a key's slots than there are: the fullest bucket's slot goes to the
+    newcomer, bucket and all. A newcomer started full, so a window of spent buckets handed
+    a spent client a fresh one each time it was pushed out and came back (QA, session
+    65); now clients past the slots share a bucket, and nobody exceeds the limit."""
     from app import ratelimit
 
-    now = [0.0]
-    lim = RateLimiter(60, clock=lambda: now[0], shared=tmp_path)
     home = SharedBuckets._hash("spent") % ratelimit._SLOTS
     rivals = []  # keys whose slots start where "spent"'s do: they share its window
     n = 0
-    while len(rivals) < ratelimit._PROBES:
+    while len(rivals) < 2 * ratelimit._PROBES:
         key = f"c{n}"
         n += 1
         if SharedBuckets._hash(key) % ratelimit._SLOTS == home:
             rivals.append(key)
+    full = ratelimit._PROBES - 1  # rivals beside "spent" that fill its window
+    now = [0.0]
+    # the fullest goes, not a spent one
+    (tmp_path / "a").mkdir()
+    lim = RateLimiter(60, clock=lambda: now[0], shared=tmp_path / "a")
     lim.charge("spent", 60)
-    for key in rivals[:-1]:  # the window is full: "spent" and 31 buckets of 59
+    for key in rivals[:full]:  # the window: "spent" at 0 and 31 buckets at 59
         lim.charge(key, 1)
-    lim.charge(rivals[-1], 60)  # takes a slot: the fullest, not the spent one
+    lim.charge(rivals[full], 59)  # a 59's slot, with its 59
     with pytest.raises(RateLimitedError):
         lim.charge("spent", 1)
-    with pytest.raises(RateLimitedError):
-        lim.charge(rivals[-1], 1)
+    # 65 clients on a window of 32, each asking for its whole minute at once
+    (tmp_path / "b").mkdir()
+    lim = RateLimiter(60, clock=lambda: now[0], shared=tmp_path / "b")
+    clients = ["spent", *rivals]
+    granted = []
+    for key in clients:
+        try:
+            lim.charge(key, 60)
+            granted.append(key)
+        except RateLimitedError:
+            pass
+    assert granted == clients[:ratelimit._PROBES]  # the first 32, one full bucket each
+    for key in clients * 2:  # pushed out and back, every one of them stays spent
+        with pytest.raises(RateLimitedError):
+            lim.charge(key, 1)
+    now[0] = 60.0  # a minute later the buckets are full again
+    lim.charge("spent", 60)
 
 
 def test_the_query_routes_answer_429_per_token(service_factory: Any, rf: Fitted) -> None:
