@@ -638,6 +638,25 @@ def test_a_server_stopped_during_its_warm_up_leaves_nothing_in_the_temp_dir(
     assert list(scratch.glob("cfmaps-warmup-*")) == [], log_path.read_text()
 
 
+def test_the_processes_of_a_multi_process_server_shut_down_on_sigterm(tmp_path: Path) -> None:
+    """``cfmaps serve --workers 2``: each process replaced uvicorn's SIGTERM handler with
+    its own (installed from the app factory, which uvicorn calls after installing its
+    own), so the signal ended it at once: no request in flight finished and no shutdown
+    ran (QA, session 65). Seen here in the metrics an operator's directory keeps: a
+    process that shuts down takes its gauges out of the live sums, and a killed one's
+    stayed."""
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    with _cfmaps_serve(tmp_path / "data", tmp_path / "server.log", workers=2,
+                       PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)) as (server, _):
+        wait_until(lambda: len(_children(server.pid)) == 2, timeout=30)
+        assert len(list(metrics_dir.glob("gauge_livesum_*.db"))) == 2
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+    assert list(metrics_dir.glob("gauge_livesum_*.db")) == [], (tmp_path / "server.log").read_text()
+    assert len(list(metrics_dir.glob("counter_*.db"))) == 2  # counts stay counted
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_server_stopped_by_sigterm_leaves_no_forkserver_directory(
     tmp_path: Path, rf: Fitted, workers: int
