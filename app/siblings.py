@@ -64,12 +64,22 @@ class Siblings:
             (self.dir / str(os.getpid())).unlink()
 
     def ready(self) -> int:
-        """Live processes that have loaded."""
+        """Live processes that have loaded. A dead one's file goes, so that its pid, once
+        the system hands it to another process, is not taken for a loaded sibling."""
         try:
             names = os.listdir(self.dir)
         except OSError:
             return 0
-        return sum(1 for name in names if name.isdigit() and pid_alive(int(name)))
+        alive = 0
+        for name in names:
+            if not name.isdigit():
+                continue
+            if pid_alive(int(name)):
+                alive += 1
+            else:
+                with contextlib.suppress(OSError):
+                    (self.dir / name).unlink()
+        return alive
 
     def all_ready(self) -> bool:
         return self.ready() >= self.n

@@ -91,6 +91,7 @@ def test_a_process_of_a_multi_process_server_is_ready_once_all_are(
             sibling.kill()  # uvicorn starts another, not loaded yet
             sibling.wait()
             assert c.get("/readyz").status_code == 503
+            assert not (run / "ready" / str(sibling.pid)).exists()  # its pid may come back
         assert not mine.exists()  # gone with the process's shutdown
     finally:
         sibling.kill()
