@@ -343,6 +343,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     workers = args.workers if args.workers is not None else settings.workers
     if not 1 <= workers <= MAX_WORKERS:
         raise CLIError(f"--workers must be between 1 and {MAX_WORKERS}")
+    _check_metrics_dir()  # before logging is configured: one line, and nothing to undo
     try:  # here, as one line, rather than as a traceback from the app's start-up
         settings.models_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -360,7 +361,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # event loop when installed (uvicorn's default "auto" picks it)
         "http": PROTOCOL,
     }
-    _check_metrics_dir()
     if workers == 1:
         _clean_up_after_sigterm()
         uvicorn.run(create_app(settings), **common)
