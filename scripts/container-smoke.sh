@@ -164,6 +164,9 @@ workers = [p for p, (pp, _, a) in ps.items() if pp == serve and 'spawn_main' in 
 def descendants(p):
     kids = [q for q, (pp, _, _) in ps.items() if pp == p]
     return kids + [d for k in kids for d in descendants(k)]
+if not workers:  # CFMAPS_WORKERS=1: the one process is serve itself, nothing to kill
+    print('one process (CFMAPS_WORKERS=1): no worker to kill')
+    sys.exit(0)
 victim = max(workers, key=lambda w: len(descendants(w)))
 print(f'workers {workers}; killing {victim} and orphaning {descendants(victim)}')
 os.kill(victim, signal.SIGKILL)
@@ -184,6 +187,7 @@ curl -fsS -H "Authorization: Bearer $api" -H 'Content-Type: application/json' \
 echo "still answering"
 
 step "every scrape of /metrics counts every worker, the killed one included"
+# (with one process, trivially: its own count)
 # two counterfactuals answered so far, by either worker; each scrape reaches one of them
 totals=$(for _ in 1 2 3 4 5 6; do
     curl -fsS "$base/metrics" | python3 -c "import sys; print(sum(float(l.rsplit(' ', 1)[1]) \
