@@ -554,7 +554,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.siblings = siblings
     app.state.limiter = (
         RateLimiter(settings.rate_limit_per_minute,
-                    shared=None if siblings is None else siblings.dir.parent)
+                    shared=None if siblings is None else siblings.run_dir)
         if settings.rate_limit_per_minute else None
     )
     errors.install(app)

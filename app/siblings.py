@@ -42,7 +42,8 @@ class Siblings:
     """The readiness of the ``n`` processes of one server, in ``run_dir/ready``."""
 
     def __init__(self, run_dir: str | os.PathLike[str], n: int) -> None:
-        self.dir = Path(run_dir) / "ready"
+        self.run_dir = Path(run_dir)  # the rate limit's buckets live there too
+        self.dir = self.run_dir / "ready"
         self.dir.mkdir(exist_ok=True)
         self.n = n
 
